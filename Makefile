@@ -1,0 +1,45 @@
+# Ferry's front end. The README's two commands: `make run` and `make test`.
+SHELL := /bin/bash
+PY := $(CURDIR)/.venv/bin/python
+JOBS ?= $(shell nproc)
+PYBIND11_DIR = $(shell $(PY) -m pybind11 --cmakedir)
+
+.PHONY: all setup build build-asan run test test-cpp test-asan test-python bench format clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+build: setup
+	@cmake --preset release -Dpybind11_DIR=$(PYBIND11_DIR) >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+build-asan: setup
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j $(JOBS)
+
+# The main job: a C++ producer hands a record batch to pyarrow and polars in
+# one process and prints it with the telemetry that shows no byte was copied.
+run: build
+	@PYTHONPATH=$(CURDIR)/python $(PY) examples/exchange_demo.py
+
+test: test-cpp test-asan test-python
+
+test-cpp: build
+	@ctest --preset release -j $(JOBS)
+
+test-asan: build-asan
+	@ctest --preset asan -j $(JOBS)
+
+test-python: build
+	@PYTHONPATH=$(CURDIR)/python $(PY) -m pytest -q tests/python
+
+bench: build
+	@scripts/bench
+
+format:
+	@clang-format -i $$(git ls-files '*.h' '*.cc' '*.c')
+
+clean:
+	@rm -rf build python/ferry/_ferry*.so
