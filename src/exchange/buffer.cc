@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "ferry/telemetry/telemetry.h"
@@ -11,10 +12,18 @@
 namespace ferry {
 namespace {
 
+// Larger sizes would overflow PaddedSize; no allocator could satisfy them anyway.
+constexpr int64_t kMaxAllocation = std::numeric_limits<int64_t>::max() - kBufferAlignment;
+
+Status TooLarge(int64_t size) {
+  return Status::OutOfMemory("cannot allocate " + std::to_string(size) + " bytes");
+}
+
 class HeapPool final : public MemoryPool {
  public:
   Result<uint8_t*> Allocate(int64_t size) override {
     if (size < 0) return Status::Invalid("negative allocation size " + std::to_string(size));
+    if (size > kMaxAllocation) return TooLarge(size);
     int64_t padded = PaddedSize(size == 0 ? 1 : size);
     void* memory = std::aligned_alloc(kBufferAlignment, static_cast<size_t>(padded));
     if (memory == nullptr) {
@@ -67,6 +76,7 @@ MemoryPool* default_memory_pool() {
 
 Result<std::shared_ptr<Buffer>> Buffer::Allocate(int64_t size, MemoryPool* pool) {
   if (size < 0) return Status::Invalid("negative buffer size " + std::to_string(size));
+  if (size > kMaxAllocation) return TooLarge(size);
   int64_t padded = PaddedSize(size);
   FERRY_ASSIGN_OR_RAISE(uint8_t * data, pool->Allocate(padded));
   if (padded > size) std::memset(data + size, 0, static_cast<size_t>(padded - size));

@@ -1,0 +1,1042 @@
+#include "ferry/exchange/validate.h"
+
+#include <array>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+// Deeper trees are refused before any recursion, so a hostile schema cannot
+// exhaust the stack of the validator (or of ValidateType).
+constexpr int kMaxNestingDepth = 128;
+constexpr int64_t kViewBytes = 16;
+constexpr int32_t kMaxInlineViewLength = 12;
+constexpr int64_t kViewPrefixBytes = 4;
+
+template <typename... Parts>
+std::string Concat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+std::string DisplayPath(const std::string& path) { return path.empty() ? "array" : path; }
+
+// Field names are quoted; a quote or backslash inside a name is escaped so a
+// path stays unambiguous.
+std::string QuoteName(std::string_view name) {
+  std::string quoted = "'";
+  for (char c : name) {
+    if (c == '\'' || c == '\\') quoted.push_back('\\');
+    quoted.push_back(c);
+  }
+  quoted.push_back('\'');
+  return quoted;
+}
+
+// Unaligned-safe read of element `index` of a buffer of T: imported buffers
+// carry no alignment promise, and a misaligned typed load is undefined.
+template <typename T>
+T LoadAt(const uint8_t* base, int64_t index) {
+  T value;
+  std::memcpy(&value, base + index * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return value;
+}
+
+// Printable form of an integer of any width (int8_t would stream as a char).
+template <typename T>
+auto Printable(T value) {
+  if constexpr (std::is_signed_v<T>) {
+    return static_cast<int64_t>(value);
+  } else {
+    return static_cast<uint64_t>(value);
+  }
+}
+
+bool TypesEqual(const TypePtr& left, const TypePtr& right) {
+  if (left == right) return true;
+  if (left == nullptr || right == nullptr) return false;
+  return left->Equals(*right, /*check_metadata=*/false);
+}
+
+std::string TypeText(const TypePtr& type) { return type ? type->ToString() : "<no type>"; }
+
+// Deepest chain of nested types (children, dictionary index and value types),
+// measured without recursion.
+int TypeNestingDepth(const DataType& root) {
+  int deepest = 0;
+  std::vector<std::pair<const DataType*, int>> pending = {{&root, 1}};
+  while (!pending.empty()) {
+    auto [type, depth] = pending.back();
+    pending.pop_back();
+    if (depth > deepest) deepest = depth;
+    if (depth > kMaxNestingDepth) break;
+    for (const Field& child : type->children) {
+      if (child.type) pending.emplace_back(child.type.get(), depth + 1);
+    }
+    if (type->index_type) pending.emplace_back(type->index_type.get(), depth + 1);
+    if (type->value_type) pending.emplace_back(type->value_type.get(), depth + 1);
+  }
+  return deepest;
+}
+
+// ---- UTF-8 ------------------------------------------------------------------
+
+enum class Utf8Error {
+  kNone,
+  kInvalidLeadByte,
+  kUnexpectedContinuation,
+  kTruncated,
+  kOverlong,
+  kSurrogate,
+  kAboveMaxCodePoint,
+};
+
+const char* Utf8ErrorText(Utf8Error error) {
+  switch (error) {
+    case Utf8Error::kNone:
+      return "valid";
+    case Utf8Error::kInvalidLeadByte:
+      return "invalid byte (0xF8..0xFF never occur in UTF-8)";
+    case Utf8Error::kUnexpectedContinuation:
+      return "unexpected continuation byte";
+    case Utf8Error::kTruncated:
+      return "truncated multi-byte sequence";
+    case Utf8Error::kOverlong:
+      return "overlong encoding";
+    case Utf8Error::kSurrogate:
+      return "surrogate code point (U+D800..U+DFFF)";
+    case Utf8Error::kAboveMaxCodePoint:
+      return "code point above U+10FFFF";
+  }
+  return "invalid";
+}
+
+struct Utf8Result {
+  Utf8Error error = Utf8Error::kNone;
+  int64_t position = 0;  // byte offset of the offending sequence
+};
+
+bool IsContinuation(uint8_t byte) { return (byte & 0xC0) == 0x80; }
+
+// Checks well-formed UTF-8 (RFC 3629): ASCII runs are skipped eight bytes at a
+// time; each multi-byte sequence is checked against the tightest range of its
+// second byte, which rules out overlongs, surrogates and code points past
+// U+10FFFF without decoding.
+Utf8Result CheckUtf8(const uint8_t* bytes, int64_t size) {
+  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+  int64_t i = 0;
+  while (i < size) {
+    if (size - i >= 8) {
+      uint64_t word;
+      std::memcpy(&word, bytes + i, sizeof(word));
+      if ((word & kHighBits) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    const uint8_t lead = bytes[i];
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    int continuation_count = 0;
+    uint8_t second_min = 0x80;
+    uint8_t second_max = 0xBF;
+    Utf8Error below_min = Utf8Error::kOverlong;
+    Utf8Error above_max = Utf8Error::kSurrogate;
+    if (lead < 0xC0) return {Utf8Error::kUnexpectedContinuation, i};
+    if (lead < 0xC2) return {Utf8Error::kOverlong, i};
+    if (lead < 0xE0) {
+      continuation_count = 1;
+    } else if (lead < 0xF0) {
+      continuation_count = 2;
+      if (lead == 0xE0) second_min = 0xA0;
+      if (lead == 0xED) second_max = 0x9F;
+    } else if (lead < 0xF5) {
+      continuation_count = 3;
+      if (lead == 0xF0) second_min = 0x90;
+      if (lead == 0xF4) second_max = 0x8F;
+      above_max = Utf8Error::kAboveMaxCodePoint;
+    } else if (lead < 0xF8) {
+      return {Utf8Error::kAboveMaxCodePoint, i};
+    } else {
+      return {Utf8Error::kInvalidLeadByte, i};
+    }
+    for (int k = 1; k <= continuation_count; ++k) {
+      if (i + k >= size || !IsContinuation(bytes[i + k])) return {Utf8Error::kTruncated, i};
+    }
+    const uint8_t second = bytes[i + 1];
+    if (second < second_min) return {below_min, i};
+    if (second > second_max) return {above_max, i};
+    i += continuation_count + 1;
+  }
+  return {};
+}
+
+// ---- Per-type layout ----------------------------------------------------------
+
+bool IsUnion(TypeId id) { return id == TypeId::kDenseUnion || id == TypeId::kSparseUnion; }
+
+bool IsView(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
+
+// Unions, run-end encoded and null arrays carry no validity bitmap.
+bool HasValidityBitmap(TypeId id) {
+  return id != TypeId::kNull && !IsUnion(id) && id != TypeId::kRunEndEncoded;
+}
+
+// Bytes per value of a fixed-width value buffer; 0 for anything else (bool is
+// bit-packed and handled on its own).
+int64_t FixedValueBytes(const DataType& type) {
+  switch (type.id) {
+    case TypeId::kInt8:
+    case TypeId::kUInt8:
+      return 1;
+    case TypeId::kInt16:
+    case TypeId::kUInt16:
+    case TypeId::kHalfFloat:
+      return 2;
+    case TypeId::kInt32:
+    case TypeId::kUInt32:
+    case TypeId::kFloat:
+    case TypeId::kDate32:
+    case TypeId::kTime32:
+    case TypeId::kIntervalMonths:
+    case TypeId::kDecimal32:
+      return 4;
+    case TypeId::kInt64:
+    case TypeId::kUInt64:
+    case TypeId::kDouble:
+    case TypeId::kDate64:
+    case TypeId::kTime64:
+    case TypeId::kTimestamp:
+    case TypeId::kDuration:
+    case TypeId::kIntervalDayTime:
+    case TypeId::kDecimal64:
+      return 8;
+    case TypeId::kIntervalMonthDayNano:
+    case TypeId::kDecimal128:
+      return 16;
+    case TypeId::kDecimal256:
+      return 32;
+    case TypeId::kFixedSizeBinary:
+      return type.byte_width;
+    default:
+      return 0;
+  }
+}
+
+// The buffers of each layout, in order; views list only the fixed part.
+const char* BufferLayoutText(TypeId id) {
+  switch (id) {
+    case TypeId::kNull:
+    case TypeId::kRunEndEncoded:
+      return "none";
+    case TypeId::kBinary:
+    case TypeId::kLargeBinary:
+    case TypeId::kUtf8:
+    case TypeId::kLargeUtf8:
+      return "validity, offsets, data";
+    case TypeId::kBinaryView:
+    case TypeId::kUtf8View:
+      return "validity, views, then data buffers";
+    case TypeId::kList:
+    case TypeId::kLargeList:
+    case TypeId::kMap:
+      return "validity, offsets";
+    case TypeId::kListView:
+    case TypeId::kLargeListView:
+      return "validity, offsets, sizes";
+    case TypeId::kFixedSizeList:
+    case TypeId::kStruct:
+      return "validity";
+    case TypeId::kSparseUnion:
+      return "type_ids";
+    case TypeId::kDenseUnion:
+      return "type_ids, offsets";
+    case TypeId::kDictionary:
+      return "validity, indices";
+    default:
+      return "validity, values";
+  }
+}
+
+int ExpectedBufferCount(TypeId id) {
+  switch (id) {
+    case TypeId::kNull:
+    case TypeId::kRunEndEncoded:
+      return 0;
+    case TypeId::kFixedSizeList:
+    case TypeId::kStruct:
+    case TypeId::kSparseUnion:
+      return 1;
+    case TypeId::kBinary:
+    case TypeId::kLargeBinary:
+    case TypeId::kUtf8:
+    case TypeId::kLargeUtf8:
+    case TypeId::kListView:
+    case TypeId::kLargeListView:
+      return 3;
+    default:
+      return 2;  // views: at least 2, checked separately
+  }
+}
+
+const uint8_t* BufferData(const ArrayData& data, size_t index) {
+  const BufferPtr& buffer = data.buffers[index];
+  return buffer ? buffer->data() : nullptr;
+}
+
+// An absent buffer counts as empty (the spec allows absent buffers exactly
+// where nothing needs to be read).
+int64_t BufferSize(const ArrayData& data, size_t index) {
+  const BufferPtr& buffer = data.buffers[index];
+  return buffer ? buffer->size() : 0;
+}
+
+// Number of null slots among logical slots [begin, begin + count) of a
+// structurally valid array. Unions and run-end encoded arrays have no nulls of
+// their own (their children carry them); a null array is all nulls.
+int64_t CountNullsIn(const ArrayData& data, int64_t begin, int64_t count) {
+  if (count <= 0) return 0;
+  if (data.type->id == TypeId::kNull) return count;
+  if (!HasValidityBitmap(data.type->id) || data.buffers.empty() || !data.buffers[0]) return 0;
+  return count - CountSetBits(data.buffers[0]->data(), data.offset + begin, count);
+}
+
+// ---- The validator --------------------------------------------------------------
+
+// Validates one array node, then recurses into its children and dictionary.
+// Path syntax is documented in validate.h.
+class ArrayValidator {
+ public:
+  ArrayValidator(const ArrayData& data, const std::string& path, int depth, bool full)
+      : data_(data), path_(path), depth_(depth), full_(full) {}
+
+  Status Run() {
+    if (depth_ > kMaxNestingDepth) {
+      return Invalid("nesting is deeper than ", kMaxNestingDepth, " levels");
+    }
+    if (data_.type == nullptr) return Invalid("array has no type");
+    if (depth_ == 0 && TypeNestingDepth(*data_.type) > kMaxNestingDepth) {
+      return Invalid("type nesting is deeper than ", kMaxNestingDepth, " levels");
+    }
+    Status type_status = ValidateType(*data_.type);
+    if (!type_status.ok()) return type_status.WithPrefix(DisplayPath(path_) + ": ");
+    type_ = data_.type.get();
+
+    FERRY_RETURN_NOT_OK(CheckLengthAndOffset());
+    FERRY_RETURN_NOT_OK(CheckNullCount());
+    FERRY_RETURN_NOT_OK(CheckBufferCount());
+    FERRY_RETURN_NOT_OK(CheckBufferIntegrity());
+    FERRY_RETURN_NOT_OK(CheckValidityBuffer());
+    FERRY_RETURN_NOT_OK(CheckOwnBuffers());
+    FERRY_RETURN_NOT_OK(CheckChildrenMatchType());
+    FERRY_RETURN_NOT_OK(CheckDictionaryPresence());
+    FERRY_RETURN_NOT_OK(ValidateChildrenAndDictionary());
+    FERRY_RETURN_NOT_OK(CheckChildLengths());
+    if (!full_) return Status::OK();
+    FERRY_RETURN_NOT_OK(CheckValues());
+    return CheckNullCountMatchesBitmap();
+  }
+
+ private:
+  template <typename... Parts>
+  Status Invalid(const Parts&... parts) const {
+    return Status::Invalid(Concat(DisplayPath(path_), ": ", parts...));
+  }
+
+  // ---- structural: this node alone ----
+
+  Status CheckLengthAndOffset() {
+    if (data_.length < 0) return Invalid("length must be non-negative, got ", data_.length);
+    if (data_.offset < 0) return Invalid("offset must be non-negative, got ", data_.offset);
+    if (__builtin_add_overflow(data_.offset, data_.length, &end_)) {
+      return Invalid("offset + length overflows int64: offset ", data_.offset, " + length ",
+                     data_.length);
+    }
+    return Status::OK();
+  }
+
+  Status CheckNullCount() const {
+    const int64_t null_count = data_.null_count;
+    if (null_count == kUnknownNullCount) return Status::OK();
+    if (null_count < 0 || null_count > data_.length) {
+      return Invalid("null_count must be in [0, length] or unknown (-1): null_count ", null_count,
+                     ", length ", data_.length);
+    }
+    if (type_->id == TypeId::kNull && null_count != data_.length) {
+      return Invalid("a null array's null_count must equal its length: null_count ", null_count,
+                     ", length ", data_.length);
+    }
+    if (!HasValidityBitmap(type_->id) && type_->id != TypeId::kNull && null_count != 0) {
+      return Invalid(TypeIdName(type_->id),
+                     " arrays have no validity bitmap, so null_count must be 0 (or unknown), got ",
+                     null_count);
+    }
+    return Status::OK();
+  }
+
+  Status CheckBufferCount() const {
+    const size_t count = data_.buffers.size();
+    if (IsView(type_->id)) {
+      if (count < 2) {
+        return Invalid(TypeIdName(type_->id), " arrays need at least 2 buffers (",
+                       BufferLayoutText(type_->id), "), got ", count);
+      }
+      return Status::OK();
+    }
+    const int expected = ExpectedBufferCount(type_->id);
+    if (count != static_cast<size_t>(expected)) {
+      return Invalid(TypeIdName(type_->id), " arrays have exactly ", expected,
+                     expected == 1 ? " buffer (" : " buffers (", BufferLayoutText(type_->id),
+                     "), got ", count);
+    }
+    return Status::OK();
+  }
+
+  // A Buffer is a plain struct that a hostile importer could fill with
+  // anything; these are the two states no read can survive.
+  Status CheckBufferIntegrity() const {
+    for (size_t index = 0; index < data_.buffers.size(); ++index) {
+      const BufferPtr& buffer = data_.buffers[index];
+      if (!buffer) continue;
+      if (buffer->size() < 0) {
+        return Invalid("buffer ", index, " has a negative size ", buffer->size());
+      }
+      if (buffer->data() == nullptr && buffer->size() > 0) {
+        return Invalid("buffer ", index, " has a null data pointer but size ", buffer->size());
+      }
+    }
+    return Status::OK();
+  }
+
+  // Buffer `index` must hold `elements` values of `width` bytes. Nothing is
+  // read from a zero-length array, so any of its buffers may be empty.
+  Status CheckElementsFit(size_t index, const char* name, int64_t elements, int64_t width) const {
+    if (data_.length == 0) return Status::OK();
+    int64_t required = 0;
+    if (__builtin_mul_overflow(elements, width, &required)) {
+      return Invalid(name, " buffer (buffer ", index, ") would need ", elements, " elements of ",
+                     width, " bytes, which overflows int64 (offset ", data_.offset, " + length ",
+                     data_.length, ")");
+    }
+    const int64_t size = BufferSize(data_, index);
+    if (size < required) {
+      return Invalid(name, " buffer (buffer ", index, ") is too small: ", elements, " elements of ",
+                     width, " bytes need ", required, " bytes (offset ", data_.offset, " + length ",
+                     data_.length, "), has ", size);
+    }
+    return Status::OK();
+  }
+
+  Status CheckBitsFit(size_t index, const char* name, int64_t bits) const {
+    if (data_.length == 0) return Status::OK();
+    const int64_t required = bits / 8 + (bits % 8 != 0 ? 1 : 0);
+    const int64_t size = BufferSize(data_, index);
+    if (size < required) {
+      return Invalid(name, " buffer (buffer ", index, ") is too small: ", bits, " bits need ",
+                     required, " bytes (offset ", data_.offset, " + length ", data_.length,
+                     "), has ", size);
+    }
+    return Status::OK();
+  }
+
+  Status CheckValidityBuffer() const {
+    if (!HasValidityBitmap(type_->id)) return Status::OK();
+    if (!data_.buffers[0]) {
+      if (data_.null_count > 0) {
+        return Invalid("validity bitmap is absent (all valid) but null_count is ",
+                       data_.null_count);
+      }
+      return Status::OK();
+    }
+    return CheckBitsFit(0, "validity", end_);
+  }
+
+  // The offsets buffer must hold offset + length + 1 entries whenever there
+  // is a value; then its first and last entries bound every other read.
+  template <typename Offset>
+  Status CheckOffsetEndpoints(size_t index, int64_t limit, const char* limit_text) const {
+    if (data_.length == 0) return Status::OK();
+    if (end_ == std::numeric_limits<int64_t>::max()) {
+      return Invalid(
+          "offsets buffer would need offset + length + 1 entries, which overflows "
+          "int64");
+    }
+    FERRY_RETURN_NOT_OK(CheckElementsFit(index, "offsets", end_ + 1, sizeof(Offset)));
+    const uint8_t* offsets = BufferData(data_, index);
+    const auto first = LoadAt<Offset>(offsets, data_.offset);
+    const auto last = LoadAt<Offset>(offsets, end_);
+    if (first < 0) {
+      return Invalid("offsets must be non-negative: offsets[", data_.offset, "]=", first);
+    }
+    if (last < first) {
+      return Invalid("offsets must be non-decreasing: offsets[", data_.offset, "]=", first,
+                     " > offsets[", end_, "]=", last);
+    }
+    if (last > limit) {
+      return Invalid("last offset exceeds the ", limit_text, ": offsets[", end_, "]=", last, " > ",
+                     limit);
+    }
+    return Status::OK();
+  }
+
+  Status CheckRunEndRange() const {
+    const TypePtr& run_end_type = type_->children[0].type;
+    int64_t max_run_end = std::numeric_limits<int64_t>::max();
+    if (run_end_type->id == TypeId::kInt16) max_run_end = std::numeric_limits<int16_t>::max();
+    if (run_end_type->id == TypeId::kInt32) max_run_end = std::numeric_limits<int32_t>::max();
+    if (end_ > max_run_end) {
+      return Invalid("offset + length = ", end_, " does not fit the run-end type ",
+                     TypeIdName(run_end_type->id), " (max ", max_run_end, ")");
+    }
+    return Status::OK();
+  }
+
+  // Sizes of the buffers this node owns (children are checked later).
+  Status CheckOwnBuffers() const {
+    switch (type_->id) {
+      case TypeId::kNull:
+      case TypeId::kStruct:
+      case TypeId::kFixedSizeList:
+        return Status::OK();
+      case TypeId::kBool:
+        return CheckBitsFit(1, "values", end_);
+      case TypeId::kBinary:
+      case TypeId::kUtf8:
+        return CheckOffsetEndpoints<int32_t>(1, BufferSize(data_, 2), "data buffer size");
+      case TypeId::kLargeBinary:
+      case TypeId::kLargeUtf8:
+        return CheckOffsetEndpoints<int64_t>(1, BufferSize(data_, 2), "data buffer size");
+      case TypeId::kBinaryView:
+      case TypeId::kUtf8View:
+        return CheckElementsFit(1, "views", end_, kViewBytes);
+      case TypeId::kList:
+      case TypeId::kMap:
+      case TypeId::kLargeList:
+        return Status::OK();  // offsets are bounded by the child: see CheckChildLengths
+      case TypeId::kListView:
+        FERRY_RETURN_NOT_OK(CheckElementsFit(1, "offsets", end_, sizeof(int32_t)));
+        return CheckElementsFit(2, "sizes", end_, sizeof(int32_t));
+      case TypeId::kLargeListView:
+        FERRY_RETURN_NOT_OK(CheckElementsFit(1, "offsets", end_, sizeof(int64_t)));
+        return CheckElementsFit(2, "sizes", end_, sizeof(int64_t));
+      case TypeId::kSparseUnion:
+        return CheckElementsFit(0, "type_ids", end_, sizeof(int8_t));
+      case TypeId::kDenseUnion:
+        FERRY_RETURN_NOT_OK(CheckElementsFit(0, "type_ids", end_, sizeof(int8_t)));
+        return CheckElementsFit(1, "offsets", end_, sizeof(int32_t));
+      case TypeId::kRunEndEncoded:
+        return CheckRunEndRange();
+      case TypeId::kDictionary:
+        return CheckElementsFit(1, "indices", end_, FixedValueBytes(*type_->index_type));
+      default:
+        return CheckElementsFit(1, "values", end_, FixedValueBytes(*type_));
+    }
+  }
+
+  Status CheckChildrenMatchType() const {
+    const size_t expected = type_->children.size();
+    if (data_.children.size() != expected) {
+      return Invalid(TypeIdName(type_->id), " type declares ", expected, " children, array has ",
+                     data_.children.size());
+    }
+    for (size_t index = 0; index < expected; ++index) {
+      const ArrayDataPtr& child = data_.children[index];
+      const Field& field = type_->children[index];
+      if (!child) return Invalid("child ", index, " (", QuoteName(field.name), ") is missing");
+      if (!TypesEqual(child->type, field.type)) {
+        return Invalid("child ", index, " (", QuoteName(field.name), ") has type ",
+                       TypeText(child->type), ", but the type declares ", TypeText(field.type));
+      }
+    }
+    return Status::OK();
+  }
+
+  Status CheckDictionaryPresence() const {
+    if (type_->id != TypeId::kDictionary) {
+      if (data_.dictionary) {
+        return Invalid("a ", TypeIdName(type_->id), " array must not have a dictionary");
+      }
+      return Status::OK();
+    }
+    if (!data_.dictionary) return Invalid("dictionary-encoded array has no dictionary");
+    if (!TypesEqual(data_.dictionary->type, type_->value_type)) {
+      return Invalid("dictionary has type ", TypeText(data_.dictionary->type),
+                     ", but the value type is ", TypeText(type_->value_type));
+    }
+    return Status::OK();
+  }
+
+  // The path step to child `index`; see validate.h.
+  std::string ChildPath(size_t index) const {
+    const std::string base = DisplayPath(path_);
+    switch (type_->id) {
+      case TypeId::kList:
+      case TypeId::kLargeList:
+      case TypeId::kListView:
+      case TypeId::kLargeListView:
+      case TypeId::kFixedSizeList:
+        return base + ".item";
+      case TypeId::kMap:
+        return base + ".entries";
+      case TypeId::kRunEndEncoded:
+        return base + (index == 0 ? ".run_ends" : ".values");
+      default:
+        return base + "." + QuoteName(type_->children[index].name);
+    }
+  }
+
+  Status ValidateChildrenAndDictionary() const {
+    for (size_t index = 0; index < data_.children.size(); ++index) {
+      FERRY_RETURN_NOT_OK(
+          ArrayValidator(*data_.children[index], ChildPath(index), depth_ + 1, full_).Run());
+    }
+    if (data_.dictionary) {
+      FERRY_RETURN_NOT_OK(
+          ArrayValidator(*data_.dictionary, DisplayPath(path_) + ".dictionary", depth_ + 1, full_)
+              .Run());
+    }
+    return Status::OK();
+  }
+
+  // ---- structural: parent against children ----
+
+  Status CheckEveryChildCovers(int64_t required, const char* reason) const {
+    for (size_t index = 0; index < data_.children.size(); ++index) {
+      const ArrayData& child = *data_.children[index];
+      if (child.length < required) {
+        return Invalid("child ", index, " (", QuoteName(type_->children[index].name),
+                       ") is too short: ", reason, " needs length ", required, ", child has ",
+                       child.length);
+      }
+    }
+    return Status::OK();
+  }
+
+  Status CheckChildLengths() const {
+    switch (type_->id) {
+      case TypeId::kStruct:
+      case TypeId::kSparseUnion:
+        if (data_.length == 0) return Status::OK();
+        return CheckEveryChildCovers(end_, "offset + length");
+      case TypeId::kFixedSizeList: {
+        if (data_.length == 0) return Status::OK();
+        int64_t required = 0;
+        if (__builtin_mul_overflow(end_, static_cast<int64_t>(type_->list_size), &required)) {
+          return Invalid("(offset + length) * list_size overflows int64: ", end_, " * ",
+                         type_->list_size);
+        }
+        return CheckEveryChildCovers(required, "(offset + length) * list_size");
+      }
+      case TypeId::kList:
+      case TypeId::kMap:
+        return CheckOffsetEndpoints<int32_t>(1, data_.children[0]->length, "child length");
+      case TypeId::kLargeList:
+        return CheckOffsetEndpoints<int64_t>(1, data_.children[0]->length, "child length");
+      case TypeId::kRunEndEncoded:
+        if (data_.children[0]->length != data_.children[1]->length) {
+          return Invalid("run_ends and values must have the same length: run_ends has ",
+                         data_.children[0]->length, ", values has ", data_.children[1]->length);
+        }
+        return Status::OK();
+      default:
+        return Status::OK();
+    }
+  }
+
+  // ---- full: values ----
+
+  bool SlotIsValid(int64_t position) const {
+    const uint8_t* validity = HasValidityBitmap(type_->id) ? BufferData(data_, 0) : nullptr;
+    return validity == nullptr || GetBit(validity, position);
+  }
+
+  Status CheckValues() const {
+    switch (type_->id) {
+      case TypeId::kBinary:
+        return CheckOffsetsMonotonic<int32_t>();
+      case TypeId::kLargeBinary:
+        return CheckOffsetsMonotonic<int64_t>();
+      case TypeId::kUtf8:
+        FERRY_RETURN_NOT_OK(CheckOffsetsMonotonic<int32_t>());
+        return CheckUtf8Values<int32_t>();
+      case TypeId::kLargeUtf8:
+        FERRY_RETURN_NOT_OK(CheckOffsetsMonotonic<int64_t>());
+        return CheckUtf8Values<int64_t>();
+      case TypeId::kList:
+        return CheckOffsetsMonotonic<int32_t>();
+      case TypeId::kLargeList:
+        return CheckOffsetsMonotonic<int64_t>();
+      case TypeId::kMap:
+        FERRY_RETURN_NOT_OK(CheckOffsetsMonotonic<int32_t>());
+        return CheckMapEntriesAndKeys();
+      case TypeId::kListView:
+        return CheckListViews<int32_t>();
+      case TypeId::kLargeListView:
+        return CheckListViews<int64_t>();
+      case TypeId::kBinaryView:
+      case TypeId::kUtf8View:
+        return CheckViews();
+      case TypeId::kSparseUnion:
+      case TypeId::kDenseUnion:
+        return CheckUnionSlots();
+      case TypeId::kRunEndEncoded:
+        return CheckRunEnds();
+      case TypeId::kDictionary:
+        return CheckDictionaryIndices();
+      default:
+        return Status::OK();
+    }
+  }
+
+  template <typename Offset>
+  Status CheckOffsetsMonotonic() const {
+    if (data_.length == 0) return Status::OK();
+    const uint8_t* offsets = BufferData(data_, 1);
+    Offset previous = LoadAt<Offset>(offsets, data_.offset);
+    for (int64_t position = data_.offset + 1; position <= end_; ++position) {
+      const Offset current = LoadAt<Offset>(offsets, position);
+      if (current < previous) {
+        return Invalid("offsets must be non-decreasing: offsets[", position - 1, "]=", previous,
+                       " > offsets[", position, "]=", current);
+      }
+      previous = current;
+    }
+    return Status::OK();
+  }
+
+  Status Utf8Failure(int64_t position, const Utf8Result& result) const {
+    return Invalid("value ", position, " is not valid UTF-8: ", Utf8ErrorText(result.error),
+                   " at byte ", result.position, " of the value");
+  }
+
+  // Runs after CheckOffsetsMonotonic, so every value range lies in the data
+  // buffer. Without nulls the whole range is checked in one pass, plus a check
+  // that no value starts inside a character; that holds exactly when every
+  // value is valid on its own. Otherwise (nulls, whose bytes are
+  // unspecified, or an error to locate) values are checked one by one.
+  template <typename Offset>
+  Status CheckUtf8Values() const {
+    if (data_.length == 0) return Status::OK();
+    const uint8_t* offsets = BufferData(data_, 1);
+    const uint8_t* bytes = BufferData(data_, 2);
+    const int64_t first = LoadAt<Offset>(offsets, data_.offset);
+    const int64_t last = LoadAt<Offset>(offsets, end_);
+    if (CountNullsIn(data_, 0, data_.length) == 0 &&
+        CheckUtf8(bytes + first, last - first).error == Utf8Error::kNone) {
+      bool boundaries_ok = true;
+      for (int64_t position = data_.offset; position < end_; ++position) {
+        const int64_t start = LoadAt<Offset>(offsets, position);
+        if (start < last && IsContinuation(bytes[start])) {
+          boundaries_ok = false;
+          break;
+        }
+      }
+      if (boundaries_ok) return Status::OK();
+    }
+    for (int64_t position = data_.offset; position < end_; ++position) {
+      if (!SlotIsValid(position)) continue;
+      const int64_t start = LoadAt<Offset>(offsets, position);
+      const int64_t stop = LoadAt<Offset>(offsets, position + 1);
+      const Utf8Result result = CheckUtf8(bytes + start, stop - start);
+      if (result.error != Utf8Error::kNone) return Utf8Failure(position, result);
+    }
+    return Status::OK();
+  }
+
+  // Every slot, null or not, must satisfy the list-view invariants (spec).
+  template <typename Offset>
+  Status CheckListViews() const {
+    const uint8_t* offsets = BufferData(data_, 1);
+    const uint8_t* sizes = BufferData(data_, 2);
+    const int64_t child_length = data_.children[0]->length;
+    for (int64_t position = data_.offset; position < end_ && data_.length > 0; ++position) {
+      const int64_t offset = LoadAt<Offset>(offsets, position);
+      const int64_t size = LoadAt<Offset>(sizes, position);
+      if (offset < 0) {
+        return Invalid("list-view offsets must be non-negative: offsets[", position, "]=", offset);
+      }
+      if (size < 0) {
+        return Invalid("list-view sizes must be non-negative: sizes[", position, "]=", size);
+      }
+      if (offset > child_length || size > child_length - offset) {
+        return Invalid("list-view offset + size must be within the child length: offsets[",
+                       position, "]=", offset, " + sizes[", position, "]=", size, " > ",
+                       child_length);
+      }
+    }
+    return Status::OK();
+  }
+
+  // Views are checked in every slot (a null slot's view is still read by
+  // consumers that copy views wholesale); UTF-8 only in valid slots.
+  Status CheckViews() const {
+    if (data_.length == 0) return Status::OK();
+    const uint8_t* views = BufferData(data_, 1);
+    const int64_t data_buffer_count = static_cast<int64_t>(data_.buffers.size()) - 2;
+    const bool check_utf8 = type_->id == TypeId::kUtf8View;
+    for (int64_t position = data_.offset; position < end_; ++position) {
+      const uint8_t* view = views + position * kViewBytes;
+      const int32_t length = LoadAt<int32_t>(view, 0);
+      if (length < 0) {
+        return Invalid("view lengths must be non-negative: view[", position, "] has length ",
+                       length);
+      }
+      const uint8_t* value = nullptr;
+      if (length <= kMaxInlineViewLength) {
+        value = view + kViewPrefixBytes;
+        for (int64_t pad = kViewPrefixBytes + length; pad < kViewBytes; ++pad) {
+          if (view[pad] != 0) {
+            return Invalid("inline view padding must be zero: view[", position, "] has length ",
+                           length, " but byte ", pad, " of the view is ",
+                           static_cast<int>(view[pad]));
+          }
+        }
+      } else {
+        const int32_t buffer_index = LoadAt<int32_t>(view, 2);
+        const int32_t offset = LoadAt<int32_t>(view, 3);
+        if (buffer_index < 0 || buffer_index >= data_buffer_count) {
+          return Invalid("view buffer index out of range: view[", position,
+                         "] refers to data buffer ", buffer_index, ", the array has ",
+                         data_buffer_count);
+        }
+        if (offset < 0) {
+          return Invalid("view offsets must be non-negative: view[", position, "] has offset ",
+                         offset);
+        }
+        const size_t buffer_slot = static_cast<size_t>(buffer_index) + 2;
+        const int64_t buffer_size = BufferSize(data_, buffer_slot);
+        if (static_cast<int64_t>(offset) + length > buffer_size) {
+          return Invalid("view data must lie within its data buffer: view[", position, "] covers [",
+                         offset, ", ", static_cast<int64_t>(offset) + length, ") of data buffer ",
+                         buffer_index, " of size ", buffer_size);
+        }
+        value = BufferData(data_, buffer_slot) + offset;
+        if (std::memcmp(view + kViewPrefixBytes, value, kViewPrefixBytes) != 0) {
+          return Invalid("view prefix must equal the first 4 bytes of the value: view[", position,
+                         "] prefix differs from data buffer ", buffer_index, " at offset ", offset);
+        }
+      }
+      if (check_utf8 && SlotIsValid(position)) {
+        const Utf8Result result = CheckUtf8(value, length);
+        if (result.error != Utf8Error::kNone) return Utf8Failure(position, result);
+      }
+    }
+    return Status::OK();
+  }
+
+  Status CheckUnionSlots() const {
+    if (data_.length == 0) return Status::OK();
+    // ValidateType has checked that the codes are distinct and in 0..127.
+    std::array<int, 128> child_of_code{};
+    child_of_code.fill(-1);
+    std::string declared;
+    for (size_t index = 0; index < type_->type_codes.size(); ++index) {
+      child_of_code[static_cast<uint8_t>(type_->type_codes[index])] = static_cast<int>(index);
+      declared += (index == 0 ? "" : ", ") + std::to_string(type_->type_codes[index]);
+    }
+    const uint8_t* type_ids = BufferData(data_, 0);
+    const bool dense = type_->id == TypeId::kDenseUnion;
+    const uint8_t* offsets = dense ? BufferData(data_, 1) : nullptr;
+    for (int64_t position = data_.offset; position < end_; ++position) {
+      const int8_t code = LoadAt<int8_t>(type_ids, position);
+      if (code < 0 || child_of_code[static_cast<uint8_t>(code)] < 0) {
+        return Invalid("type ids must be declared type codes: type_ids[", position,
+                       "]=", static_cast<int>(code), " is not among {", declared, "}");
+      }
+      if (!dense) continue;
+      const int child_index = child_of_code[static_cast<uint8_t>(code)];
+      const int64_t child_length = data_.children[static_cast<size_t>(child_index)]->length;
+      const int32_t child_offset = LoadAt<int32_t>(offsets, position);
+      if (child_offset < 0 || child_offset >= child_length) {
+        return Invalid("dense union offsets must index into their child: offsets[", position,
+                       "]=", child_offset, " for type id ", static_cast<int>(code), " but child ",
+                       QuoteName(type_->children[static_cast<size_t>(child_index)].name),
+                       " has length ", child_length);
+      }
+    }
+    return Status::OK();
+  }
+
+  Status CheckRunEnds() const {
+    const ArrayData& run_ends = *data_.children[0];
+    const int64_t nulls = CountNullsIn(run_ends, 0, run_ends.length);
+    if (nulls > 0) return Invalid("run_ends must not contain nulls, found ", nulls);
+    switch (run_ends.type->id) {
+      case TypeId::kInt16:
+        return CheckRunEndValues<int16_t>(run_ends);
+      case TypeId::kInt32:
+        return CheckRunEndValues<int32_t>(run_ends);
+      default:
+        return CheckRunEndValues<int64_t>(run_ends);
+    }
+  }
+
+  template <typename RunEnd>
+  Status CheckRunEndValues(const ArrayData& run_ends) const {
+    const uint8_t* values = BufferData(run_ends, 1);
+    int64_t previous = 0;
+    for (int64_t index = 0; index < run_ends.length; ++index) {
+      const int64_t position = run_ends.offset + index;
+      const int64_t current = LoadAt<RunEnd>(values, position);
+      if (index == 0 && current <= 0) {
+        return Invalid("run ends must be positive: run_ends[", position, "]=", current);
+      }
+      if (index > 0 && current <= previous) {
+        return Invalid("run ends must be strictly increasing: run_ends[", position - 1,
+                       "]=", previous, " >= run_ends[", position, "]=", current);
+      }
+      previous = current;
+    }
+    if (data_.length == 0) return Status::OK();
+    if (run_ends.length == 0) {
+      return Invalid("run ends must cover offset + length = ", end_, ", but run_ends is empty");
+    }
+    if (previous < end_) {
+      return Invalid("run ends must cover offset + length: run_ends[",
+                     run_ends.offset + run_ends.length - 1, "]=", previous, " < ", end_);
+    }
+    return Status::OK();
+  }
+
+  Status CheckDictionaryIndices() const {
+    switch (type_->index_type->id) {
+      case TypeId::kInt8:
+        return CheckIndices<int8_t>();
+      case TypeId::kUInt8:
+        return CheckIndices<uint8_t>();
+      case TypeId::kInt16:
+        return CheckIndices<int16_t>();
+      case TypeId::kUInt16:
+        return CheckIndices<uint16_t>();
+      case TypeId::kInt32:
+        return CheckIndices<int32_t>();
+      case TypeId::kUInt32:
+        return CheckIndices<uint32_t>();
+      case TypeId::kInt64:
+        return CheckIndices<int64_t>();
+      case TypeId::kUInt64:
+        return CheckIndices<uint64_t>();
+      default:
+        return Invalid("dictionary index type ", TypeText(type_->index_type), " is not an integer");
+    }
+  }
+
+  // Only valid slots are checked: the index under a null is unspecified.
+  template <typename Index>
+  Status CheckIndices() const {
+    const uint8_t* indices = BufferData(data_, 1);
+    const uint64_t dictionary_length = static_cast<uint64_t>(data_.dictionary->length);
+    for (int64_t position = data_.offset; position < end_ && data_.length > 0; ++position) {
+      if (!SlotIsValid(position)) continue;
+      const Index index = LoadAt<Index>(indices, position);
+      bool out_of_range = false;
+      if constexpr (std::is_signed_v<Index>) {
+        out_of_range = index < 0 || static_cast<uint64_t>(index) >= dictionary_length;
+      } else {
+        out_of_range = static_cast<uint64_t>(index) >= dictionary_length;
+      }
+      if (out_of_range) {
+        return Invalid("dictionary indices must be in [0, dictionary length): indices[", position,
+                       "]=", Printable(index), " with dictionary length ", dictionary_length);
+      }
+    }
+    return Status::OK();
+  }
+
+  // Only the entries that the map's offsets refer to matter.
+  Status CheckMapEntriesAndKeys() const {
+    if (data_.length == 0) return Status::OK();
+    const uint8_t* offsets = BufferData(data_, 1);
+    const int64_t first = LoadAt<int32_t>(offsets, data_.offset);
+    const int64_t count = LoadAt<int32_t>(offsets, end_) - first;
+    const ArrayData& entries = *data_.children[0];
+    const int64_t null_entries = CountNullsIn(entries, first, count);
+    if (null_entries > 0) {
+      return Invalid("map entries must not be null: ", null_entries, " of entries [", first, ", ",
+                     first + count, ") are null");
+    }
+    // Struct offsets apply to their children, so entry j is key entries.offset + j.
+    const ArrayData& keys = *entries.children[0];
+    const int64_t null_keys = CountNullsIn(keys, entries.offset + first, count);
+    if (null_keys > 0) {
+      return Invalid("map keys must not be null: ", null_keys, " of keys [", first, ", ",
+                     first + count, ") are null");
+    }
+    return Status::OK();
+  }
+
+  Status CheckNullCountMatchesBitmap() const {
+    if (data_.null_count == kUnknownNullCount || !HasValidityBitmap(type_->id)) {
+      return Status::OK();
+    }
+    const int64_t counted = CountNullsIn(data_, 0, data_.length);
+    if (counted != data_.null_count) {
+      return Invalid("null_count must match the validity bitmap: null_count is ", data_.null_count,
+                     " but the bitmap has ", counted, " nulls");
+    }
+    return Status::OK();
+  }
+
+  const ArrayData& data_;
+  const std::string& path_;
+  const int depth_;
+  const bool full_;
+  const DataType* type_ = nullptr;
+  int64_t end_ = 0;  // offset + length, once checked not to overflow
+};
+
+std::string ColumnPath(const std::string& name) { return "col " + QuoteName(name); }
+
+Status ValidateBatch(const RecordBatch& batch, bool full) {
+  if (!batch.schema()) return Status::Invalid("record batch: schema is missing");
+  if (batch.num_rows() < 0) {
+    return Status::Invalid(
+        Concat("record batch: num_rows must be non-negative, got ", batch.num_rows()));
+  }
+  const std::vector<Field>& fields = batch.schema()->fields;
+  if (static_cast<size_t>(batch.num_columns()) != fields.size()) {
+    return Status::Invalid(Concat("record batch: has ", batch.num_columns(),
+                                  " columns but the schema has ", fields.size(), " fields"));
+  }
+  for (size_t index = 0; index < fields.size(); ++index) {
+    const std::string path = ColumnPath(fields[index].name);
+    const ArrayDataPtr& column = batch.columns()[index];
+    if (!column) return Status::Invalid(path + ": column is missing");
+    if (!TypesEqual(column->type, fields[index].type)) {
+      return Status::Invalid(Concat(path, ": column has type ", TypeText(column->type),
+                                    ", but the schema declares ", TypeText(fields[index].type)));
+    }
+    if (column->length != batch.num_rows()) {
+      return Status::Invalid(Concat(path, ": column length ", column->length,
+                                    " must equal the batch's num_rows ", batch.num_rows()));
+    }
+    FERRY_RETURN_NOT_OK(ArrayValidator(*column, path, 0, full).Run());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateStructural(const ArrayData& data, const std::string& path) {
+  return ArrayValidator(data, path, 0, /*full=*/false).Run();
+}
+
+Status ValidateFull(const ArrayData& data, const std::string& path) {
+  return ArrayValidator(data, path, 0, /*full=*/true).Run();
+}
+
+Status ValidateStructural(const RecordBatch& batch) { return ValidateBatch(batch, false); }
+
+Status ValidateFull(const RecordBatch& batch) { return ValidateBatch(batch, true); }
+
+}  // namespace ferry

@@ -1,6 +1,32 @@
 // Validation of array data against its type, at two levels. Both are
-// thread-safe and never read outside the buffers' recorded sizes; every
-// error names the column path (e.g. "col 'points'.item.'x'") and the rule.
+// thread-safe and never read outside the buffers' recorded sizes (buffers must
+// be host-readable); every error is Invalid and reads "<path>: <rule>: <detail>",
+// e.g. "col 'points'.item.'x': offsets must be non-decreasing: offsets[3]=10 >
+// offsets[4]=7".
+//
+// Path syntax. The root is the `path` argument ("array" when empty; a record
+// batch column is "col '<name>'"). Each step down appends:
+//   .item                 the child of list, large_list, list_view,
+//                         large_list_view and fixed_size_list
+//   .entries              the entries struct of a map (then .'key', .'value')
+//   .'<name>'             a struct or union child, by field name (a ' or \ in
+//                         the name is escaped with \)
+//   .run_ends / .values   the children of a run-end encoded array
+//   .dictionary           the dictionary of a dictionary-encoded array
+// Indices in messages (offsets[i], view[i], type_ids[i], indices[i],
+// run_ends[i], value i) are positions in the buffer, i.e. they include the
+// array's offset.
+//
+// Conventions checked beyond the type: an absent (null) validity buffer means
+// all valid and is allowed only when null_count is 0 or unknown; any other
+// absent buffer counts as empty, so it is allowed wherever no byte needs to be
+// read (e.g. any buffer of a zero-length array). Null arrays have 0 buffers and
+// null_count == length; unions (type_ids[, offsets]) and run-end encoded
+// arrays (no buffers) have no validity bitmap and null_count 0. View arrays
+// have validity, views, then any number of data buffers (no sizes buffer).
+// Nesting deeper than 128 levels is refused. Not checked: decimal values
+// within their precision, nulls in non-nullable fields other than map
+// entries and keys, and the order of dense-union offsets.
 #pragma once
 
 #include "ferry/exchange/array.h"
