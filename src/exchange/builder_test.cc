@@ -25,7 +25,7 @@ const Status& ToStatus(const Result<T>& result) {
 
 #define ASSERT_OK(expr)                                        \
   do {                                                         \
-    const ::ferry::Status& _status = ToStatus(expr);           \
+    const ::ferry::Status _status = ToStatus(expr);            \
     ASSERT_TRUE(_status.ok()) << _status.ToString();           \
   } while (false)
 

@@ -292,6 +292,7 @@ class FixedBytesBuilder : public ArrayBuilder {
 
  protected:
   Result<ArrayDataPtr> FinishInternal() override;
+  void set_byte_width(int32_t byte_width) { byte_width_ = byte_width; }
 
  private:
   int32_t byte_width_ = 0;
@@ -312,6 +313,8 @@ class FixedWidthBuilder : public FixedBytesBuilder {
       RequireType(byte_width() == int32_t{sizeof(CType)} && type_->id != TypeId::kFixedSizeBinary,
                   "a fixed-width type of " + std::to_string(sizeof(CType)) + " bytes");
     }
+    // Appends stay memory-safe on a rejected type; Finish reports the error.
+    if (!init_status_.ok()) set_byte_width(int32_t{sizeof(CType)});
   }
 
   Status Append(CType value) { return AppendBytes(reinterpret_cast<const uint8_t*>(&value)); }
@@ -398,7 +401,7 @@ class DecimalBuilder final : public FixedBytesBuilder {
 template <typename OffsetType>
 class BaseBinaryBuilder : public ArrayBuilder {
  public:
-  BaseBinaryBuilder(TypePtr type, MemoryPool* pool);
+  explicit BaseBinaryBuilder(TypePtr type, MemoryPool* pool = default_memory_pool());
 
   // Invalid when the total data would overflow OffsetType.
   Status Append(std::string_view value);
@@ -511,7 +514,7 @@ class Utf8ViewBuilder final : public BinaryViewBuilder {
 template <typename OffsetType>
 class BaseListBuilder : public ArrayBuilder {
  public:
-  BaseListBuilder(TypePtr type, MemoryPool* pool);
+  explicit BaseListBuilder(TypePtr type, MemoryPool* pool = default_memory_pool());
 
   Status Append();
   Status Append(bool is_valid) { return is_valid ? Append() : AppendNull(); }
@@ -541,7 +544,7 @@ using LargeListBuilder = BaseListBuilder<int64_t>;
 template <typename OffsetType>
 class BaseListViewBuilder : public ArrayBuilder {
  public:
-  BaseListViewBuilder(TypePtr type, MemoryPool* pool);
+  explicit BaseListViewBuilder(TypePtr type, MemoryPool* pool = default_memory_pool());
 
   Status Append();
   Status AppendView(int64_t offset, int64_t size);

@@ -1,0 +1,33 @@
+// Internal: how backends plug into the DeviceRegistry. Each backend file
+// defines its Discover function; a backend that is not compiled in gets a
+// stub that reports why (see device.cc).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/device/device.h"
+
+namespace ferry::device::internal {
+
+struct Discovery {
+  std::vector<std::shared_ptr<Device>> devices;
+  // (type, reason) for types this backend serves but could not provide.
+  std::vector<std::pair<DeviceType, std::string>> absent;
+};
+
+std::shared_ptr<Device> MakeCpuDevice();
+// OpenCL through the ICD loader: every GPU/CPU/accelerator device of every
+// platform, ids in discovery order.
+Discovery DiscoverOpenCL();
+// CUDA through the driver API loaded at run time (libcuda.so.1): for each
+// GPU a CUDA, a CUDA_HOST and a CUDA_MANAGED device with that GPU's id.
+Discovery DiscoverCuda();
+
+// Counts telemetry bytes for a copy in `direction`.
+void CountCopy(CopyDirection direction, int64_t size);
+// Records one event wait of `nanos` nanoseconds.
+void CountEventWait(int64_t nanos);
+
+}  // namespace ferry::device::internal

@@ -1,0 +1,10 @@
+// OpenCL backend (being written).
+#include "device/backend.h"
+
+namespace ferry::device::internal {
+Discovery DiscoverOpenCL() {
+  Discovery out;
+  out.absent.emplace_back(DeviceType::kOpenCL, "Ferry was built without OpenCL (FERRY_OPENCL=OFF)");
+  return out;
+}
+}  // namespace ferry::device::internal

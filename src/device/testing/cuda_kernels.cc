@@ -1,0 +1,1 @@
+#include "device/testing/kernels.h"
