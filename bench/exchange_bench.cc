@@ -338,22 +338,32 @@ std::vector<Shape> Shapes() {
   return shapes;
 }
 
-void Register(const std::string& name, const Shape& shape, std::string (*round_trip)()) {
-  benchmark::RegisterBenchmark(name.c_str(), [shape, round_trip](benchmark::State& state) {
-    RunRoundTrip(state, shape, round_trip);
-  });
+// Options of this program, after Google Benchmark's own flags.
+struct Options {
+  // Fixed iterations per benchmark (0: let the harness decide). Used to count
+  // instructions under callgrind, where a fixed count makes them comparable.
+  int64_t iterations = 0;
+  bool skip_checks = false;
+};
+
+void Register(const std::string& name, const Shape& shape, std::string (*round_trip)(),
+              const Options& options) {
+  auto* benchmark = benchmark::RegisterBenchmark(
+      name.c_str(),
+      [shape, round_trip](benchmark::State& state) { RunRoundTrip(state, shape, round_trip); });
+  if (options.iterations > 0) benchmark->Iterations(options.iterations);
 }
 
-void RegisterAll() {
+void RegisterAll(const Options& options) {
   // Ferry and Arrow of one shape run back to back, so that both see the same
   // machine noise and the cache builds each batch once.
   for (const Shape& shape : Shapes()) {
-    Register("roundtrip/ferry/" + ShapeName(shape), shape, &FerryRoundTrip);
+    Register("roundtrip/ferry/" + ShapeName(shape), shape, &FerryRoundTrip, options);
 #ifdef FERRY_BENCH_ARROW
-    Register("roundtrip/arrow/" + ShapeName(shape), shape, &ArrowRoundTrip);
+    Register("roundtrip/arrow/" + ShapeName(shape), shape, &ArrowRoundTrip, options);
     if (shape.mix == Mix::kInt64 && shape.rows == 65536) {
-      Register("interop/ferry_to_arrow/" + ShapeName(shape), shape, &FerryToArrow);
-      Register("interop/arrow_to_ferry/" + ShapeName(shape), shape, &ArrowToFerry);
+      Register("interop/ferry_to_arrow/" + ShapeName(shape), shape, &FerryToArrow, options);
+      Register("interop/arrow_to_ferry/" + ShapeName(shape), shape, &ArrowToFerry, options);
     }
 #endif
   }
@@ -365,13 +375,38 @@ void RegisterAll() {
 }  // namespace
 }  // namespace ferry::bench
 
+// Takes this program's own flags out of argv:
+//   --ferry_iterations=N   run every round-trip benchmark exactly N times
+//   --ferry_skip_checks    skip the correctness checks before timing
+bool ParseOptions(int* argc, char** argv, ferry::bench::Options* options) {
+  int kept = 1;
+  for (int index = 1; index < *argc; ++index) {
+    const std::string argument = argv[index];
+    if (argument.rfind("--ferry_iterations=", 0) == 0) {
+      options->iterations = std::atoll(argument.c_str() + std::strlen("--ferry_iterations="));
+      if (options->iterations <= 0) {
+        std::fprintf(stderr, "exchange_bench: --ferry_iterations needs a positive count\n");
+        return false;
+      }
+    } else if (argument == "--ferry_skip_checks") {
+      options->skip_checks = true;
+    } else {
+      argv[kept++] = argv[index];
+    }
+  }
+  *argc = kept;
+  return true;
+}
+
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  ferry::bench::Options options;
+  if (!ParseOptions(&argc, argv, &options)) return 1;
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   // A benchmark that measures a wrong result is worse than none.
   for (const auto& shape : ferry::bench::Shapes()) {
     // The smaller shapes already run every code path the larger ones do.
-    if (shape.rows > 65536 || shape.columns > 100) continue;
+    if (options.skip_checks || shape.rows > 65536 || shape.columns > 100) continue;
     std::string error;
     if (!ferry::bench::CheckRoundTrips(shape, &error)) {
       std::fprintf(stderr, "exchange_bench: %s\n", error.c_str());
@@ -388,7 +423,7 @@ int main(int argc, char** argv) {
 #else
   benchmark::AddCustomContext("ferry_build", "without NDEBUG (assertions on)");
 #endif
-  ferry::bench::RegisterAll();
+  ferry::bench::RegisterAll(options);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

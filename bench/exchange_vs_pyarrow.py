@@ -14,7 +14,8 @@ its release callback is part of the cost, as it is for users.
 
 A "holder" is a tiny object that only forwards ``__arrow_c_array__``, so every
 path goes through the capsule protocol (not a same-library shortcut) and pays
-the same Python call. Times are medians of repeated timeit runs.
+the same Python call. Times are medians of repeated timeit runs; the paths
+take turns run by run.
 
     PYTHONPATH=python .venv/bin/python bench/exchange_vs_pyarrow.py [--json out.json]
 """
@@ -57,28 +58,35 @@ def pyarrow_wide_batch(num_columns: int, num_rows: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def seconds_per_call(statement: str, namespace: dict, repeat: int, target_s: float) -> float:
-    """Median over `repeat` timeit runs, each sized to take about `target_s`."""
+class Measurement:
+    """One path at one shape: a timeit statement sized to run about `target_s`."""
+
+    def __init__(self, run_once, target_s: float):
+        self._run = run_once  # run_once(number) -> seconds for `number` calls
+        self._run(1)  # warm caches and lazy imports
+        once = max(self._run(1), 1e-7)
+        self._number = max(1, int(target_s / once))
+        self.samples: list[float] = []
+
+    def sample(self) -> None:
+        self.samples.append(self._run(self._number) / self._number)
+
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+def timeit_runner(statement: str, namespace: dict):
     timer = timeit.Timer(statement, globals=namespace)
-    timer.timeit(number=1)  # warm caches and lazy imports
-    start = time.perf_counter()
-    timer.timeit(number=1)
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(target_s / once))
-    return statistics.median(timer.repeat(repeat=repeat, number=number)) / number
+    return timer.timeit
 
 
-def seconds_per_cpp_round_trip(batch, repeat: int, target_s: float) -> float:
-    start = time.perf_counter()
-    _ferry._bench_roundtrip(batch, 10)
-    once = max((time.perf_counter() - start) / 10, 1e-8)
-    iterations = max(1, int(target_s / once))
-    samples = []
-    for _ in range(repeat):
+def cpp_loop_runner(batch):
+    def run(number: int) -> float:
         start = time.perf_counter()
-        _ferry._bench_roundtrip(batch, iterations)
-        samples.append((time.perf_counter() - start) / iterations)
-    return statistics.median(samples)
+        _ferry._bench_roundtrip(batch, number)
+        return time.perf_counter() - start
+
+    return run
 
 
 PATHS = {
@@ -111,11 +119,16 @@ def measure(columns: list[int], rows: list[int], repeat: int, target_s: float) -
                 "pyarrow_holder": CArrayHolder(pyarrow_batch),
                 "ferry_holder": CArrayHolder(ferry_batch),
             }
-            timings = {
-                path: seconds_per_call(statement, namespace, repeat, target_s)
+            measurements = {
+                path: Measurement(timeit_runner(statement, namespace), target_s)
                 for path, statement in PATHS.items()
             }
-            timings["ferry C++ loop"] = seconds_per_cpp_round_trip(ferry_batch, repeat, target_s)
+            measurements["ferry C++ loop"] = Measurement(cpp_loop_runner(ferry_batch), target_s)
+            # Paths take turns, so a burst of load on the machine hits them alike.
+            for _ in range(repeat):
+                for measurement in measurements.values():
+                    measurement.sample()
+            timings = {path: measurement.median() for path, measurement in measurements.items()}
             for path, seconds in timings.items():
                 results.append({
                     "path": path,
@@ -124,7 +137,7 @@ def measure(columns: list[int], rows: list[int], repeat: int, target_s: float) -
                     "ns_per_round_trip": seconds * 1e9,
                     "ns_per_column": seconds * 1e9 / num_columns,
                 })
-            del pyarrow_batch, ferry_batch, namespace
+            del pyarrow_batch, ferry_batch, namespace, measurements
     return results
 
 

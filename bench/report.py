@@ -1,10 +1,11 @@
 """Combines one `make bench` run into markdown tables (medians, ns per column).
 
-    python bench/report.py --cpp exchange_bench.json --python python.json --floor floor.txt
+    python bench/report.py --cpp exchange_bench.json --python python.json --floor floor.txt \
+        --instructions instructions.txt
 
 Inputs: Google Benchmark JSON from ferry_exchange_bench (with median
-aggregates), the JSON of bench/exchange_vs_pyarrow.py, and the key=value lines
-of the floor program. Any input may be missing; its tables are then left out.
+aggregates), the JSON of bench/exchange_vs_pyarrow.py, the key=value lines
+of the floor program and of the callgrind instruction counts. Any input may be missing; its tables are then left out.
 """
 
 from __future__ import annotations
@@ -133,11 +134,61 @@ def floor_table(floors: dict, floor: dict, round_trips: dict) -> str:
     return "\n".join(lines)
 
 
+ALLOCATORS = {"malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc"}
+
+
+def allocations(callgrind_out: str) -> int:
+    """Calls into the C allocator recorded in a callgrind output file."""
+    names, total, callee = {}, 0, None
+    with open(callgrind_out) as handle:
+        for line in handle:
+            match = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line)
+            if match:
+                if match[3]:
+                    names[match[2]] = match[3].strip()
+                callee = match[2] if match[1] == "cfn" else None
+                continue
+            if callee is not None and line.startswith("calls="):
+                if names.get(callee) in ALLOCATORS:
+                    total += int(line.split()[0].removeprefix("calls="))
+                callee = None
+    return total
+
+
+def instructions_table(path: str) -> str:
+    values = load_floor(path)
+    iterations = values.pop("iterations", 1)
+    counts, mallocs = {}, {}
+    for key, value in values.items():
+        match = NAME.match(key)
+        if not match:
+            continue
+        shape = (match["path"], match["mix"], int(match["columns"]), int(match["rows"]))
+        counts[shape] = value
+        stem = key.removeprefix("roundtrip/").replace("/", "_").replace(":", "_")
+        out = os.path.join(os.path.dirname(path), f"callgrind.{stem}.out")
+        if os.path.exists(out):
+            mallocs[shape] = allocations(out) / iterations
+    shapes = list(dict.fromkeys((m, c, r) for (_, m, c, r) in counts))
+    rows = []
+    for mix, columns, num_rows in shapes:
+        ferry, arrow = ("ferry", mix, columns, num_rows), ("arrow", mix, columns, num_rows)
+        per_column = lambda value, digits=0: "–" if value is None else f"{value / columns:,.{digits}f}"
+        rows.append([mix, str(columns), str(num_rows), per_column(counts.get(ferry)),
+                     per_column(counts.get(arrow)), ratio(counts.get(ferry), counts.get(arrow)),
+                     per_column(mallocs.get(ferry), 1), per_column(mallocs.get(arrow), 1)])
+    header = ["columns of", "columns", "rows", "Ferry instr/col", "Arrow C++ instr/col",
+              "Ferry / Arrow", "Ferry mallocs/col", "Arrow C++ mallocs/col"]
+    return ("### C++: instructions and allocations per column, one export + import (callgrind)\n\n"
+            + table(header, rows))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpp")
     parser.add_argument("--python")
     parser.add_argument("--floor")
+    parser.add_argument("--instructions")
     args = parser.parse_args()
 
     sections = []
@@ -145,6 +196,8 @@ def main() -> int:
     if args.cpp and os.path.exists(args.cpp):
         round_trips, floors, context = load_cpp(args.cpp)
         sections += cpp_tables(round_trips)
+    if args.instructions and os.path.exists(args.instructions):
+        sections.append(instructions_table(args.instructions))
     if args.python and os.path.exists(args.python):
         sections.append(python_table(args.python))
     floor = load_floor(args.floor) if args.floor and os.path.exists(args.floor) else {}
@@ -154,7 +207,8 @@ def main() -> int:
         sections.append(
             f"C++ figures: median of {context.get('repetitions', '?')} repetitions, CPU time; "
             f"Arrow C++ {context.get('arrow_cpp', '?')}; {context.get('num_cpus', '?')} CPUs at "
-            f"{context.get('mhz_per_cpu', '?')} MHz; Ferry built {context.get('ferry_build', '?')}.")
+            f"{context.get('mhz_per_cpu', '?')} MHz; Ferry built {context.get('ferry_build', '?')}; "
+            f"load average at the start: {' '.join(f'{v:.2f}' for v in context.get('load_avg', []))}.")
     print("\n\n".join(sections))
     return 0
 

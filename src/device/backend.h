@@ -25,6 +25,17 @@ Discovery DiscoverOpenCL();
 // GPU a CUDA, a CUDA_HOST and a CUDA_MANAGED device with that GPU's id.
 Discovery DiscoverCuda();
 
+// OpenCL helpers shared by the backend and its test kernels (defined only
+// when the OpenCL backend is built).
+// The symbolic name of an OpenCL error code ("CL_INVALID_VALUE"), or
+// "CL_UNKNOWN_ERROR" for codes outside the table.
+const char* OpenCLErrorName(int32_t code);
+// OK for CL_SUCCESS; otherwise an error naming `call` and the error code.
+Status OpenCLStatus(int32_t code, const char* call);
+// The SVM kind behind `device`'s allocations ("fine-grained buffer" or
+// "coarse-grained buffer"); nullptr when it is not an OpenCL backend device.
+const char* OpenCLSvmKind(const Device* device);
+
 // Counts telemetry bytes for a copy in `direction`.
 void CountCopy(CopyDirection direction, int64_t size);
 // Records one event wait of `nanos` nanoseconds.

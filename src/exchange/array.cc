@@ -29,13 +29,38 @@ const uint8_t* BufferData(const ArrayData& data, size_t index) {
 // integer buffer whose width and signedness come from `type_id`.
 int64_t ReadInteger(const uint8_t* values, TypeId type_id, int64_t index) {
   switch (type_id) {
-    case TypeId::kInt8: { int8_t v; std::memcpy(&v, values + index, 1); return v; }
-    case TypeId::kUInt8: return values[index];
-    case TypeId::kInt16: { int16_t v; std::memcpy(&v, values + index * 2, 2); return v; }
-    case TypeId::kUInt16: { uint16_t v; std::memcpy(&v, values + index * 2, 2); return v; }
-    case TypeId::kInt32: { int32_t v; std::memcpy(&v, values + index * 4, 4); return v; }
-    case TypeId::kUInt32: { uint32_t v; std::memcpy(&v, values + index * 4, 4); return v; }
-    default: { int64_t v; std::memcpy(&v, values + index * 8, 8); return v; }
+    case TypeId::kInt8: {
+      int8_t v;
+      std::memcpy(&v, values + index, 1);
+      return v;
+    }
+    case TypeId::kUInt8:
+      return values[index];
+    case TypeId::kInt16: {
+      int16_t v;
+      std::memcpy(&v, values + index * 2, 2);
+      return v;
+    }
+    case TypeId::kUInt16: {
+      uint16_t v;
+      std::memcpy(&v, values + index * 2, 2);
+      return v;
+    }
+    case TypeId::kInt32: {
+      int32_t v;
+      std::memcpy(&v, values + index * 4, 4);
+      return v;
+    }
+    case TypeId::kUInt32: {
+      uint32_t v;
+      std::memcpy(&v, values + index * 4, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, values + index * 8, 8);
+      return v;
+    }
   }
 }
 
@@ -192,7 +217,10 @@ bool ChildRangeEquals(const ArrayData& left, size_t child_index, int64_t left_st
   if (child_index >= left.children.size() || child_index >= right.children.size()) return false;
   const ArrayDataPtr& left_child = left.children[child_index];
   const ArrayDataPtr& right_child = right.children[child_index];
-  if (left_child == nullptr || right_child == nullptr) return false;
+  if (left_child == nullptr || right_child == nullptr || left_child->type == nullptr ||
+      right_child->type == nullptr || left_child->type->id != right_child->type->id) {
+    return false;
+  }
   if (left_start < 0 || right_start < 0 || left_start + count > left_child->length ||
       right_start + count > right_child->length) {
     return false;
@@ -298,6 +326,11 @@ bool UnionEquals(const ArrayData& left, int64_t left_start, const ArrayData& rig
 bool RunEndEncodedEquals(const ArrayData& left, int64_t left_start, const ArrayData& right,
                          int64_t right_start, int64_t count) {
   if (left.children.size() != 2 || right.children.size() != 2) return false;
+  for (const auto* data : {&left, &right}) {
+    for (const ArrayDataPtr& child_data : data->children) {
+      if (child_data == nullptr || child_data->type == nullptr) return false;
+    }
+  }
   const ArrayData& left_run_ends = *left.children[0];
   const ArrayData& right_run_ends = *right.children[0];
   int64_t left_position = left.offset + left_start;
@@ -326,7 +359,10 @@ bool DictionaryRunEquals(const ArrayData& left, int64_t left_start, const ArrayD
                          int64_t right_start, int64_t count) {
   const uint8_t* left_indices = BufferData(left, 1);
   const uint8_t* right_indices = BufferData(right, 1);
-  if (!left_indices || !right_indices || !left.dictionary || !right.dictionary) return false;
+  if (!left_indices || !right_indices || !left.dictionary || !right.dictionary ||
+      !left.type->index_type) {
+    return false;
+  }
   const TypeId index_id = left.type->index_type->id;
   const bool same_dictionary = left.dictionary == right.dictionary;
   for (int64_t i = 0; i < count; ++i) {
@@ -505,7 +541,8 @@ std::string FormatDate(int64_t days) {
   const int64_t day_of_era = days - era * 146097;
   const int64_t year_of_era =
       (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
-  const int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  const int64_t day_of_year =
+      day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
   const int64_t month_index = (5 * day_of_year + 2) / 153;
   const int64_t day = day_of_year - (153 * month_index + 2) / 5 + 1;
   const int64_t month = month_index < 10 ? month_index + 3 : month_index - 9;
@@ -601,7 +638,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
       if (need(values)) out->append(FormatDate(Load<int32_t>(values, absolute)));
       return;
     case TypeId::kDate64:
-      if (need(values)) out->append(FormatDate(FloorDiv(Load<int64_t>(values, absolute), 86400000)));
+      if (need(values))
+        out->append(FormatDate(FloorDiv(Load<int64_t>(values, absolute), 86400000)));
       return;
     case TypeId::kIntervalMonths:
       if (need(values)) out->append(std::to_string(Load<int32_t>(values, absolute)) + "M");
@@ -632,8 +670,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
         out->append("<invalid value>");
         return;
       }
-      const bool text = type.id == TypeId::kUtf8 || type.id == TypeId::kLargeUtf8 ||
-                        type.id == TypeId::kUtf8View;
+      const bool text =
+          type.id == TypeId::kUtf8 || type.id == TypeId::kLargeUtf8 || type.id == TypeId::kUtf8View;
       AppendEscaped(out, *bytes, text);
       return;
     }
@@ -649,7 +687,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
       const uint8_t* sizes = BufferData(data, 2);
       if (!need(values) || !need(sizes)) return;
       const bool large = type.id == TypeId::kLargeListView;
-      const int64_t begin = large ? Load<int64_t>(values, absolute) : Load<int32_t>(values, absolute);
+      const int64_t begin =
+          large ? Load<int64_t>(values, absolute) : Load<int32_t>(values, absolute);
       const int64_t size = large ? Load<int64_t>(sizes, absolute) : Load<int32_t>(sizes, absolute);
       AppendChildValues(out, data, 0, begin, size, max_values);
       return;
@@ -674,7 +713,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
     case TypeId::kMap: {
       if (!need(values)) return;
       auto [begin, end] = LoadOffsets(values, false, absolute);
-      if (data.children.empty() || !data.children[0] || data.children[0]->children.size() != 2) {
+      if (data.children.empty() || !data.children[0] || data.children[0]->children.size() != 2 ||
+          !data.children[0]->children[0] || !data.children[0]->children[1]) {
         out->append("<missing entries>");
         return;
       }
@@ -688,7 +728,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
         out->append(": ");
         AppendValue(out, *entries.children[1], entry, max_values);
       }
-      if (shown < end - begin) out->append(", ... " + std::to_string(end - begin - shown) + " more");
+      if (shown < end - begin)
+        out->append(", ... " + std::to_string(end - begin - shown) + " more");
       out->push_back('}');
       return;
     }
@@ -698,7 +739,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
       if (!need(codes)) return;
       const auto code = static_cast<int8_t>(codes[absolute]);
       const int child_index = UnionCodeMap(type)(code);
-      if (child_index < 0 || static_cast<size_t>(child_index) >= data.children.size()) {
+      if (child_index < 0 || static_cast<size_t>(child_index) >= data.children.size() ||
+          !data.children[static_cast<size_t>(child_index)]) {
         out->append("<undeclared type code " + std::to_string(code) + ">");
         return;
       }
@@ -712,7 +754,8 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
       return;
     }
     case TypeId::kRunEndEncoded: {
-      if (data.children.size() != 2) {
+      if (data.children.size() != 2 || !data.children[0] || !data.children[1] ||
+          !data.children[0]->type) {
         out->append("<missing children>");
         return;
       }
@@ -725,7 +768,7 @@ void AppendValue(std::string* out, const ArrayData& data, int64_t index, int64_t
       return;
     }
     case TypeId::kDictionary: {
-      if (!need(values) || !need(data.dictionary.get())) return;
+      if (!need(values) || !need(data.dictionary.get()) || !need(type.index_type.get())) return;
       const int64_t dictionary_index = ReadInteger(values, type.index_type->id, absolute);
       if (dictionary_index < 0 || dictionary_index >= data.dictionary->length) {
         out->append("<index " + std::to_string(dictionary_index) + " out of range>");
@@ -784,8 +827,11 @@ ArrayDataPtr Slice(const ArrayDataPtr& data, int64_t offset, int64_t length) {
 bool ArrayEquals(const ArrayData& left, const ArrayData& right) {
   if (&left == &right) return true;
   if (left.type == nullptr || right.type == nullptr) return left.type == right.type;
+  // Equal types: a shared node (the common case) needs no walk.
   if (left.length != right.length) return false;
-  if (!left.type->Equals(*right.type, /*check_metadata=*/false)) return false;
+  if (left.type != right.type && !left.type->Equals(*right.type, /*check_metadata=*/false)) {
+    return false;
+  }
   return RangeEquals(left, 0, right, 0, left.length);
 }
 
@@ -812,14 +858,13 @@ Result<std::shared_ptr<RecordBatch>> RecordBatch::Make(SchemaPtr schema, int64_t
   }
   if (columns.size() != schema->fields.size()) {
     return Status::Invalid("the schema has " + std::to_string(schema->fields.size()) +
-                           " fields but " + std::to_string(columns.size()) +
-                           " columns were given");
+                           " fields but " + std::to_string(columns.size()) + " columns were given");
   }
   for (size_t column_index = 0; column_index < columns.size(); ++column_index) {
     const Field& column_field = schema->fields[column_index];
     const ArrayDataPtr& column_data = columns[column_index];
-    const std::string where = "column " + std::to_string(column_index) + " '" +
-                              column_field.name + "'";
+    const std::string where =
+        "column " + std::to_string(column_index) + " '" + column_field.name + "'";
     if (column_data == nullptr || column_data->type == nullptr) {
       return Status::Invalid(where + " has no array");
     }
@@ -861,8 +906,7 @@ Result<std::shared_ptr<RecordBatch>> RecordBatch::FromStructArray(ArrayDataPtr s
   columns.reserve(fields.size());
   for (size_t column_index = 0; column_index < fields.size(); ++column_index) {
     const ArrayDataPtr& child_data = struct_array->children[column_index];
-    if (child_data == nullptr ||
-        child_data->length < struct_array->offset + struct_array->length) {
+    if (child_data == nullptr || child_data->length < struct_array->offset + struct_array->length) {
       return Status::Invalid("struct field '" + fields[column_index].name +
                              "' is shorter than the struct array");
     }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -18,9 +19,6 @@ using telemetry::Counter;
 // Deeper trees than this are rejected on import: a malicious or cyclic
 // structure must give an error, not a stack overflow.
 constexpr int kMaxNestingDepth = 200;
-// A schema whose children share nodes (a DAG) can describe exponentially many
-// fields in little memory; import stops after this many.
-constexpr int64_t kMaxSchemaNodes = int64_t{1} << 22;
 
 bool IsViewType(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
 
@@ -333,8 +331,11 @@ int64_t RequiredSchemaChildren(const DataType& type) {
   }
 }
 
+// Each node of a schema tree has exactly one parent (its parent's release
+// releases it). A node reached twice is a cycle or a DAG, which could also
+// describe exponentially many fields in little memory: it is rejected.
 struct SchemaImport {
-  int64_t nodes_left = kMaxSchemaNodes;
+  std::unordered_set<const ArrowSchema*> visited;
 };
 
 // `top_level_columns`: the root is a schema, whose children are named as
@@ -349,9 +350,10 @@ Result<Field> ImportFieldNode(const ArrowSchema* schema, const std::string& path
   if (depth > kMaxNestingDepth) {
     return Status::Invalid(where + ": nesting deeper than " + std::to_string(kMaxNestingDepth));
   }
-  if (--import->nodes_left < 0) {
-    return Status::Invalid(where + ": schema has more than " + std::to_string(kMaxSchemaNodes) +
-                           " nodes");
+  if (!import->visited.insert(schema).second) {
+    return Status::Invalid(where +
+                           ": ArrowSchema node appears twice in the tree (a cycle or a "
+                           "shared child)");
   }
   if (schema->format == nullptr) return Status::Invalid(where + ": format is NULL");
   if (schema->n_children < 0) {
@@ -389,9 +391,8 @@ Result<Field> ImportFieldNode(const ArrowSchema* schema, const std::string& path
             ? "col " + Quoted(child != nullptr && child->name != nullptr ? child->name : "")
             : ChildPath(path, node, i,
                         child != nullptr && child->name != nullptr ? child->name : "");
-    FERRY_ASSIGN_OR_RAISE(Field child_field,
-                          ImportFieldNode(child, child_path, depth + 1,
-                                          /*top_level_columns=*/false, import));
+    FERRY_ASSIGN_OR_RAISE(Field child_field, ImportFieldNode(child, child_path, depth + 1,
+                                                             /*top_level_columns=*/false, import));
     node.children.push_back(std::move(child_field));
   }
   if (node.id == TypeId::kMap) node.keys_sorted = (schema->flags & ARROW_FLAG_MAP_KEYS_SORTED) != 0;
@@ -762,9 +763,8 @@ Result<Field> ImportField(const ArrowSchema* schema) {
   const bool named = schema != nullptr && schema->name != nullptr && schema->name[0] != '\0';
   const std::string root_path = named ? "field " + Quoted(schema->name) : "field";
   SchemaImport import;
-  FERRY_ASSIGN_OR_RAISE(Field field,
-                        ImportFieldNode(schema, root_path, 0, /*top_level_columns=*/false,
-                                        &import));
+  FERRY_ASSIGN_OR_RAISE(
+      Field field, ImportFieldNode(schema, root_path, 0, /*top_level_columns=*/false, &import));
   telemetry::Add(Counter::kSchemaImports);
   return field;
 }
@@ -777,8 +777,7 @@ Result<TypePtr> ImportType(const ArrowSchema* schema) {
 Result<SchemaPtr> ImportSchema(const ArrowSchema* schema) {
   SchemaImport import;
   FERRY_ASSIGN_OR_RAISE(Field root,
-                        ImportFieldNode(schema, "schema", 0, /*top_level_columns=*/true,
-                                        &import));
+                        ImportFieldNode(schema, "schema", 0, /*top_level_columns=*/true, &import));
   if (root.type->id != TypeId::kStruct) {
     return Status::Invalid(std::string("schema: a schema must be a struct ('+s'), got '") +
                            schema->format + "'");

@@ -83,23 +83,35 @@ bool IsIntegerType(TypeId id) {
 // Largest value of an integer type that an int64 can hold.
 int64_t IntegerMax(TypeId id) {
   switch (id) {
-    case TypeId::kInt8: return INT8_MAX;
-    case TypeId::kUInt8: return UINT8_MAX;
-    case TypeId::kInt16: return INT16_MAX;
-    case TypeId::kUInt16: return UINT16_MAX;
-    case TypeId::kInt32: return INT32_MAX;
-    case TypeId::kUInt32: return UINT32_MAX;
-    default: return INT64_MAX;
+    case TypeId::kInt8:
+      return INT8_MAX;
+    case TypeId::kUInt8:
+      return UINT8_MAX;
+    case TypeId::kInt16:
+      return INT16_MAX;
+    case TypeId::kUInt16:
+      return UINT16_MAX;
+    case TypeId::kInt32:
+      return INT32_MAX;
+    case TypeId::kUInt32:
+      return UINT32_MAX;
+    default:
+      return INT64_MAX;
   }
 }
 
 int64_t IntegerMin(TypeId id) {
   switch (id) {
-    case TypeId::kInt8: return INT8_MIN;
-    case TypeId::kInt16: return INT16_MIN;
-    case TypeId::kInt32: return INT32_MIN;
-    case TypeId::kInt64: return INT64_MIN;
-    default: return 0;
+    case TypeId::kInt8:
+      return INT8_MIN;
+    case TypeId::kInt16:
+      return INT16_MIN;
+    case TypeId::kInt32:
+      return INT32_MIN;
+    case TypeId::kInt64:
+      return INT64_MIN;
+    default:
+      return 0;
   }
 }
 
@@ -186,7 +198,8 @@ Status BufferBuilder::Reserve(int64_t additional_bytes) {
 }
 
 Status BufferBuilder::Resize(int64_t new_length) {
-  if (new_length < 0) return Status::Invalid("negative buffer length " + std::to_string(new_length));
+  if (new_length < 0)
+    return Status::Invalid("negative buffer length " + std::to_string(new_length));
   FERRY_RETURN_NOT_OK(GrowTo(new_length));
   if (new_length > length_) {
     std::memset(data_ + length_, 0, static_cast<size_t>(new_length - length_));
@@ -405,8 +418,8 @@ Result<BufferPtr> ArrayBuilder::FinishValidity() {
 
 void ArrayBuilder::RequireType(bool ok, std::string_view expected) {
   if (!init_status_.ok() || ok) return;
-  init_status_ = Status::TypeError("a builder of " + std::string(expected) +
-                                   " cannot build type " + TypeName(type_));
+  init_status_ = Status::TypeError("a builder of " + std::string(expected) + " cannot build type " +
+                                   TypeName(type_));
 }
 
 void ArrayBuilder::MakeChildren(const std::vector<Field>& fields) {
@@ -568,17 +581,17 @@ Status FixedSizeBinaryBuilder::Append(std::string_view value) {
 
 DecimalBuilder::DecimalBuilder(TypePtr type, MemoryPool* pool)
     : FixedBytesBuilder(std::move(type), pool) {
-  RequireType(type_ != nullptr &&
-                  (type_->id == TypeId::kDecimal32 || type_->id == TypeId::kDecimal64 ||
-                   type_->id == TypeId::kDecimal128 || type_->id == TypeId::kDecimal256),
-              "decimal");
+  RequireType(
+      type_ != nullptr && (type_->id == TypeId::kDecimal32 || type_->id == TypeId::kDecimal64 ||
+                           type_->id == TypeId::kDecimal128 || type_->id == TypeId::kDecimal256),
+      "decimal");
 }
 
 Status DecimalBuilder::Append(int64_t unscaled_value) {
   const int32_t width = byte_width();
   if (width == 4 && (unscaled_value < INT32_MIN || unscaled_value > INT32_MAX)) {
-    return Status::Invalid("unscaled value " + std::to_string(unscaled_value) +
-                           " does not fit " + TypeName(type_));
+    return Status::Invalid("unscaled value " + std::to_string(unscaled_value) + " does not fit " +
+                           TypeName(type_));
   }
   uint8_t bytes[32];
   std::memset(bytes, unscaled_value < 0 ? 0xFF : 0x00, sizeof(bytes));
@@ -595,9 +608,9 @@ BaseBinaryBuilder<OffsetType>::BaseBinaryBuilder(TypePtr type, MemoryPool* pool)
     RequireType(type_ != nullptr && (type_->id == TypeId::kBinary || type_->id == TypeId::kUtf8),
                 "binary or utf8");
   } else {
-    RequireType(type_ != nullptr &&
-                    (type_->id == TypeId::kLargeBinary || type_->id == TypeId::kLargeUtf8),
-                "large_binary or large_utf8");
+    RequireType(
+        type_ != nullptr && (type_->id == TypeId::kLargeBinary || type_->id == TypeId::kLargeUtf8),
+        "large_binary or large_utf8");
   }
 }
 
@@ -689,9 +702,9 @@ BinaryViewBuilder::BinaryViewBuilder(TypePtr type, MemoryPool* pool, int64_t blo
       block_size_(std::clamp<int64_t>(block_size, 1, INT32_MAX)),
       views_(pool_),
       current_block_(pool_) {
-  RequireType(type_ != nullptr &&
-                  (type_->id == TypeId::kBinaryView || type_->id == TypeId::kUtf8View),
-              "binary_view or utf8_view");
+  RequireType(
+      type_ != nullptr && (type_->id == TypeId::kBinaryView || type_->id == TypeId::kUtf8View),
+      "binary_view or utf8_view");
 }
 
 Status BinaryViewBuilder::Append(std::string_view value) {
@@ -983,6 +996,7 @@ FixedSizeListBuilder::FixedSizeListBuilder(TypePtr type, MemoryPool* pool)
                   type_->children.size() == 1 && type_->list_size >= 0,
               "fixed_size_list");
   if (init_status_.ok()) {
+    list_size_ = type_->list_size;
     MakeChildren(type_->children);
   } else {
     children_.push_back(std::make_unique<NullBuilder>(pool_));
@@ -1030,13 +1044,15 @@ Status StructBuilder::Append() { return AppendValidity(true); }
 
 Status StructBuilder::AppendNulls(int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
-  for (auto& field_builder : children_) FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
+  for (auto& field_builder : children_)
+    FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
   return AppendValidity(false, count);
 }
 
 Status StructBuilder::AppendEmptyValues(int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
-  for (auto& field_builder : children_) FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
+  for (auto& field_builder : children_)
+    FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
   return AppendValidity(true, count);
 }
 
@@ -1151,9 +1167,11 @@ UnionBuilder::UnionBuilder(TypePtr type, MemoryPool* pool, TypeId expected_id)
   for (size_t child_index = 0; child_index < type_->type_codes.size(); ++child_index) {
     const int8_t code = type_->type_codes[child_index];
     if (code < 0 || child_index_for_code_[code] != -1) {
-      init_status_ = Status::TypeError("union type codes must be distinct and in 0..127, got " +
-                                       std::to_string(code) + " for child " +
-                                       std::to_string(child_index));
+      init_status_ =
+          Status::TypeError("union type codes must be distinct and in 0..127, got " +
+                            std::to_string(code) + " for child " + std::to_string(child_index));
+      // No children were built: every code must read as undeclared.
+      std::fill(std::begin(child_index_for_code_), std::end(child_index_for_code_), -1);
       return;
     }
     child_index_for_code_[code] = static_cast<int>(child_index);
@@ -1326,9 +1344,9 @@ Status RunEndEncodedBuilder::CheckRunLength(int64_t run_length) const {
 
 Status RunEndEncodedBuilder::CheckValuesInStep() const {
   if (value_builder()->length() != num_runs()) {
-    return Status::Invalid("run-end encoded values out of step: " +
-                           std::to_string(value_builder()->length()) + " values for " +
-                           std::to_string(num_runs()) + " runs");
+    return Status::Invalid(
+        "run-end encoded values out of step: " + std::to_string(value_builder()->length()) +
+        " values for " + std::to_string(num_runs()) + " runs");
   }
   return Status::OK();
 }
@@ -1430,6 +1448,7 @@ DictionaryBuilder::DictionaryBuilder(TypePtr type, MemoryPool* pool)
 }
 
 Status DictionaryBuilder::Append(std::string_view value) {
+  FERRY_RETURN_NOT_OK(init_status_);
   if (!binary_values_) {
     return Status::TypeError("a dictionary of " + TypeName(type_->value_type) +
                              " takes integer values, not byte strings");
@@ -1444,6 +1463,7 @@ Status DictionaryBuilder::Append(std::string_view value) {
 }
 
 Status DictionaryBuilder::Append(int64_t value) {
+  FERRY_RETURN_NOT_OK(init_status_);
   if (binary_values_) {
     return Status::TypeError("a dictionary of " + TypeName(type_->value_type) +
                              " takes byte strings, not integers");
@@ -1488,6 +1508,7 @@ Status DictionaryBuilder::AppendIndex(int64_t index, bool valid, int64_t count) 
 Status DictionaryBuilder::AppendNulls(int64_t count) { return AppendIndex(0, false, count); }
 
 Status DictionaryBuilder::AppendEmptyValues(int64_t count) {
+  FERRY_RETURN_NOT_OK(init_status_);
   FERRY_RETURN_NOT_OK(CheckCount(count));
   if (count == 0) return Status::OK();
   std::string empty_key;
@@ -1514,7 +1535,8 @@ void DictionaryBuilder::Reset() {
 }
 
 Result<ArrayDataPtr> DictionaryBuilder::FinishInternal() {
-  FERRY_ASSIGN_OR_RAISE(std::unique_ptr<ArrayBuilder> values, MakeBuilder(type_->value_type, pool_));
+  FERRY_ASSIGN_OR_RAISE(std::unique_ptr<ArrayBuilder> values,
+                        MakeBuilder(type_->value_type, pool_));
   FERRY_RETURN_NOT_OK(values->Reserve(dictionary_length()));
   for (const std::string& key : memo_values_) {
     if (binary_values_) {
@@ -1538,26 +1560,38 @@ namespace {
 
 std::unique_ptr<ArrayBuilder> NewBuilder(const TypePtr& type, MemoryPool* pool) {
   switch (type->id) {
-    case TypeId::kNull: return std::make_unique<NullBuilder>(pool);
-    case TypeId::kBool: return std::make_unique<BooleanBuilder>(pool);
-    case TypeId::kInt8: return std::make_unique<FixedWidthBuilder<int8_t>>(type, pool);
-    case TypeId::kUInt8: return std::make_unique<FixedWidthBuilder<uint8_t>>(type, pool);
-    case TypeId::kInt16: return std::make_unique<FixedWidthBuilder<int16_t>>(type, pool);
+    case TypeId::kNull:
+      return std::make_unique<NullBuilder>(pool);
+    case TypeId::kBool:
+      return std::make_unique<BooleanBuilder>(pool);
+    case TypeId::kInt8:
+      return std::make_unique<FixedWidthBuilder<int8_t>>(type, pool);
+    case TypeId::kUInt8:
+      return std::make_unique<FixedWidthBuilder<uint8_t>>(type, pool);
+    case TypeId::kInt16:
+      return std::make_unique<FixedWidthBuilder<int16_t>>(type, pool);
     case TypeId::kUInt16:
-    case TypeId::kHalfFloat: return std::make_unique<FixedWidthBuilder<uint16_t>>(type, pool);
+    case TypeId::kHalfFloat:
+      return std::make_unique<FixedWidthBuilder<uint16_t>>(type, pool);
     case TypeId::kInt32:
     case TypeId::kDate32:
     case TypeId::kTime32:
-    case TypeId::kIntervalMonths: return std::make_unique<FixedWidthBuilder<int32_t>>(type, pool);
-    case TypeId::kUInt32: return std::make_unique<FixedWidthBuilder<uint32_t>>(type, pool);
+    case TypeId::kIntervalMonths:
+      return std::make_unique<FixedWidthBuilder<int32_t>>(type, pool);
+    case TypeId::kUInt32:
+      return std::make_unique<FixedWidthBuilder<uint32_t>>(type, pool);
     case TypeId::kInt64:
     case TypeId::kDate64:
     case TypeId::kTime64:
     case TypeId::kTimestamp:
-    case TypeId::kDuration: return std::make_unique<FixedWidthBuilder<int64_t>>(type, pool);
-    case TypeId::kUInt64: return std::make_unique<FixedWidthBuilder<uint64_t>>(type, pool);
-    case TypeId::kFloat: return std::make_unique<FixedWidthBuilder<float>>(type, pool);
-    case TypeId::kDouble: return std::make_unique<FixedWidthBuilder<double>>(type, pool);
+    case TypeId::kDuration:
+      return std::make_unique<FixedWidthBuilder<int64_t>>(type, pool);
+    case TypeId::kUInt64:
+      return std::make_unique<FixedWidthBuilder<uint64_t>>(type, pool);
+    case TypeId::kFloat:
+      return std::make_unique<FixedWidthBuilder<float>>(type, pool);
+    case TypeId::kDouble:
+      return std::make_unique<FixedWidthBuilder<double>>(type, pool);
     case TypeId::kIntervalDayTime:
       return std::make_unique<FixedWidthBuilder<DayTimeInterval>>(type, pool);
     case TypeId::kIntervalMonthDayNano:
@@ -1565,25 +1599,41 @@ std::unique_ptr<ArrayBuilder> NewBuilder(const TypePtr& type, MemoryPool* pool) 
     case TypeId::kDecimal32:
     case TypeId::kDecimal64:
     case TypeId::kDecimal128:
-    case TypeId::kDecimal256: return std::make_unique<DecimalBuilder>(type, pool);
+    case TypeId::kDecimal256:
+      return std::make_unique<DecimalBuilder>(type, pool);
     case TypeId::kBinary:
-    case TypeId::kUtf8: return std::make_unique<BinaryBuilder>(type, pool);
+    case TypeId::kUtf8:
+      return std::make_unique<BinaryBuilder>(type, pool);
     case TypeId::kLargeBinary:
-    case TypeId::kLargeUtf8: return std::make_unique<LargeBinaryBuilder>(type, pool);
+    case TypeId::kLargeUtf8:
+      return std::make_unique<LargeBinaryBuilder>(type, pool);
     case TypeId::kBinaryView:
-    case TypeId::kUtf8View: return std::make_unique<BinaryViewBuilder>(type, pool);
-    case TypeId::kFixedSizeBinary: return std::make_unique<FixedSizeBinaryBuilder>(type, pool);
-    case TypeId::kList: return std::make_unique<ListBuilder>(type, pool);
-    case TypeId::kLargeList: return std::make_unique<LargeListBuilder>(type, pool);
-    case TypeId::kListView: return std::make_unique<ListViewBuilder>(type, pool);
-    case TypeId::kLargeListView: return std::make_unique<LargeListViewBuilder>(type, pool);
-    case TypeId::kFixedSizeList: return std::make_unique<FixedSizeListBuilder>(type, pool);
-    case TypeId::kStruct: return std::make_unique<StructBuilder>(type, pool);
-    case TypeId::kMap: return std::make_unique<MapBuilder>(type, pool);
-    case TypeId::kDenseUnion: return std::make_unique<DenseUnionBuilder>(type, pool);
-    case TypeId::kSparseUnion: return std::make_unique<SparseUnionBuilder>(type, pool);
-    case TypeId::kRunEndEncoded: return std::make_unique<RunEndEncodedBuilder>(type, pool);
-    case TypeId::kDictionary: return std::make_unique<DictionaryBuilder>(type, pool);
+    case TypeId::kUtf8View:
+      return std::make_unique<BinaryViewBuilder>(type, pool);
+    case TypeId::kFixedSizeBinary:
+      return std::make_unique<FixedSizeBinaryBuilder>(type, pool);
+    case TypeId::kList:
+      return std::make_unique<ListBuilder>(type, pool);
+    case TypeId::kLargeList:
+      return std::make_unique<LargeListBuilder>(type, pool);
+    case TypeId::kListView:
+      return std::make_unique<ListViewBuilder>(type, pool);
+    case TypeId::kLargeListView:
+      return std::make_unique<LargeListViewBuilder>(type, pool);
+    case TypeId::kFixedSizeList:
+      return std::make_unique<FixedSizeListBuilder>(type, pool);
+    case TypeId::kStruct:
+      return std::make_unique<StructBuilder>(type, pool);
+    case TypeId::kMap:
+      return std::make_unique<MapBuilder>(type, pool);
+    case TypeId::kDenseUnion:
+      return std::make_unique<DenseUnionBuilder>(type, pool);
+    case TypeId::kSparseUnion:
+      return std::make_unique<SparseUnionBuilder>(type, pool);
+    case TypeId::kRunEndEncoded:
+      return std::make_unique<RunEndEncodedBuilder>(type, pool);
+    case TypeId::kDictionary:
+      return std::make_unique<DictionaryBuilder>(type, pool);
   }
   return nullptr;
 }

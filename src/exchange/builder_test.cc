@@ -23,15 +23,15 @@ const Status& ToStatus(const Result<T>& result) {
   return result.status();
 }
 
-#define ASSERT_OK(expr)                                        \
-  do {                                                         \
-    const ::ferry::Status _status = ToStatus(expr);            \
-    ASSERT_TRUE(_status.ok()) << _status.ToString();           \
+#define ASSERT_OK(expr)                              \
+  do {                                               \
+    const ::ferry::Status _status = ToStatus(expr);  \
+    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
   } while (false)
 
-#define ASSERT_OK_AND_ASSIGN_IMPL(result_name, lhs, rexpr)                 \
-  auto result_name = (rexpr);                                              \
-  ASSERT_TRUE(result_name.ok()) << result_name.status().ToString();        \
+#define ASSERT_OK_AND_ASSIGN_IMPL(result_name, lhs, rexpr)          \
+  auto result_name = (rexpr);                                       \
+  ASSERT_TRUE(result_name.ok()) << result_name.status().ToString(); \
   lhs = std::move(result_name).MoveValueUnsafe()
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   ASSERT_OK_AND_ASSIGN_IMPL(FERRY_CONCAT(_test_result_, __COUNTER__), lhs, rexpr)
@@ -546,13 +546,13 @@ View ReadView(const ArrayData& data, int64_t index) {
 
 TEST(BinaryViewBuilderTest, InlinesShortValuesAndRollsBlocks) {
   BinaryViewBuilder builder(utf8_view(), default_memory_pool(), /*block_size=*/32);
-  ASSERT_OK(builder.Append("short"));                        // inline
-  ASSERT_OK(builder.Append("exactly12byt"));                 // inline, at the limit
-  ASSERT_OK(builder.Append("thirteen byte"));                // block 0 offset 0
-  ASSERT_OK(builder.Append("another long value"));           // 13 + 18 = 31 <= 32: block 0
-  ASSERT_OK(builder.Append("spills into a new block"));      // block 1
+  ASSERT_OK(builder.Append("short"));                    // inline
+  ASSERT_OK(builder.Append("exactly12byt"));             // inline, at the limit
+  ASSERT_OK(builder.Append("thirteen byte"));            // block 0 offset 0
+  ASSERT_OK(builder.Append("another long value"));       // 13 + 18 = 31 <= 32: block 0
+  ASSERT_OK(builder.Append("spills into a new block"));  // block 1
   ASSERT_OK(builder.AppendNull());
-  ASSERT_OK(builder.Append(std::string(100, 'z')));          // larger than a block: block 2
+  ASSERT_OK(builder.Append(std::string(100, 'z')));  // larger than a block: block 2
   EXPECT_EQ(builder.num_data_buffers(), 3);
   ASSERT_OK_AND_ASSIGN(ArrayDataPtr array, builder.Finish());
   EXPECT_EQ(array->type->id, TypeId::kUtf8View);
@@ -774,10 +774,9 @@ TEST(StructBuilderTest, AppendsAndNullsFillFields) {
   EXPECT_EQ(array->null_count, 1);
   EXPECT_EQ(array->children[0]->length, 4);
   EXPECT_EQ(array->children[1]->length, 4);
-  EXPECT_EQ(ArrayToString(*array),
-            array->type->ToString() +
-                " (4 values, 1 nulls)\n  {a: 1, b: \"x\"}\n  null\n"
-                "  {a: null, b: \"y\"}\n  {a: 0, b: \"\"}");
+  EXPECT_EQ(ArrayToString(*array), array->type->ToString() +
+                                       " (4 values, 1 nulls)\n  {a: 1, b: \"x\"}\n  null\n"
+                                       "  {a: null, b: \"y\"}\n  {a: 0, b: \"\"}");
   ExpectAligned(*array);
 }
 
@@ -791,7 +790,8 @@ TEST(StructBuilderTest, FieldLengthMismatchIsAnError) {
 }
 
 TEST(StructBuilderTest, UnsupportedFieldTypeNamesTheField) {
-  StructBuilder builder(struct_({field("ok", int32()), field("bad", dictionary(int32(), list(field("item", int8()))))}));
+  StructBuilder builder(struct_(
+      {field("ok", int32()), field("bad", dictionary(int32(), list(field("item", int8()))))}));
   EXPECT_EQ(builder.status().code(), StatusCode::kTypeError);
   EXPECT_THAT(builder.status().message(), HasSubstr("field 'bad'"));
   ASSERT_EQ(builder.num_fields(), 2);
@@ -893,6 +893,9 @@ TEST(UnionBuilderTest, UndeclaredCodeAndMissingChildValue) {
   DenseUnionBuilder duplicate(dense_union({field("a", int32()), field("b", int32())}, {1, 1}));
   EXPECT_EQ(duplicate.status().code(), StatusCode::kTypeError);
   EXPECT_THAT(duplicate.status().message(), HasSubstr("distinct"));
+  EXPECT_EQ(duplicate.child_for_code(1), nullptr);  // nothing half-built is reachable
+  EXPECT_EQ(duplicate.Append(1).code(), StatusCode::kInvalid);
+  EXPECT_EQ(duplicate.AppendNull().code(), StatusCode::kInvalid);
   SparseUnionBuilder wrong_kind(dense_union({field("a", int32())}));
   EXPECT_EQ(wrong_kind.status().code(), StatusCode::kTypeError);
 }
@@ -1077,7 +1080,8 @@ TEST(DictionaryBuilderTest, ViewAndFixedSizeValues) {
   EXPECT_EQ(nested.status().code(), StatusCode::kTypeError);
 }
 
-// ---- MakeBuilder ---------------------------------------------------------------------------------
+// ---- MakeBuilder
+// ---------------------------------------------------------------------------------
 
 std::vector<TypePtr> EveryType() {
   return {
@@ -1178,6 +1182,23 @@ TEST(MakeBuilderTest, ExposesChildrenOfNestedTypes) {
   EXPECT_EQ(leaf->num_children(), 0);
 }
 
+TEST(MakeBuilderTest, BuildersOfRejectedTypesStayMemorySafe) {
+  DictionaryBuilder dictionary_builder(nullptr);
+  EXPECT_EQ(dictionary_builder.Append("x").code(), StatusCode::kTypeError);
+  EXPECT_EQ(dictionary_builder.Append(int64_t{1}).code(), StatusCode::kTypeError);
+  EXPECT_EQ(dictionary_builder.AppendEmptyValue().code(), StatusCode::kTypeError);
+  FixedSizeListBuilder lists(nullptr);
+  ASSERT_OK(lists.AppendNull());
+  EXPECT_EQ(lists.Finish().status().code(), StatusCode::kTypeError);
+  RunEndEncodedBuilder runs(int32());
+  EXPECT_EQ(runs.AppendStringRun("x", 1).code(), StatusCode::kTypeError);
+  SparseUnionBuilder unions(nullptr);
+  EXPECT_EQ(unions.AppendNull().code(), StatusCode::kInvalid);
+  DecimalBuilder decimals(nullptr);
+  ASSERT_OK(decimals.Append(1));
+  EXPECT_EQ(decimals.Finish().status().code(), StatusCode::kTypeError);
+}
+
 TEST(MakeBuilderTest, RejectsWhatItCannotBuild) {
   auto no_type = MakeBuilder(nullptr);
   EXPECT_EQ(no_type.status().code(), StatusCode::kTypeError);
@@ -1195,8 +1216,8 @@ TEST(MakeBuilderTest, RejectsWhatItCannotBuild) {
 
 Status BuildNested(MemoryPool* pool, ArrayDataPtr* out) {
   auto type = struct_({field("id", int64()), field("names", list(field("item", utf8()))),
-                       field("tag", dictionary(int8(), utf8())),
-                       field("blob", binary_view()), field("flag", boolean())});
+                       field("tag", dictionary(int8(), utf8())), field("blob", binary_view()),
+                       field("flag", boolean())});
   FERRY_ASSIGN_OR_RAISE(auto builder, MakeBuilder(type, pool));
   auto* root = static_cast<StructBuilder*>(builder.get());
   auto* ids = static_cast<FixedWidthBuilder<int64_t>*>(root->field_builder(0));

@@ -9,6 +9,30 @@
 // Import functions take ownership of the input struct: on success and on
 // failure alike it is released (moved) — its `release` is NULL afterwards.
 // All functions are thread-safe for distinct arguments.
+//
+// Release. Every struct Ferry exports (schema or array, children and
+// dictionary included) has its own release callback: it releases the
+// children and dictionary the consumer did not move out, frees Ferry's
+// private data, sets `release` to NULL and counts telemetry kReleases. A
+// consumer may move children out and release them in any order. Calling
+// `s->release(s)` a second time is a call through NULL: the consumer's bug,
+// as the C Data Interface says. Ferry's callback reached again through a
+// saved function pointer sees `release == NULL`, counts kReleaseErrors and
+// touches nothing else. (A consumer that copied a struct without nulling the
+// source's release and releases both is outside the protocol and undetected.)
+//
+// Import checks, in order, before reading any buffer: not released, lengths
+// and counts non-negative (null_count may be -1), n_buffers and n_children
+// matching the type (views: at least 3, the last holding the variadic buffer
+// sizes), buffers/children pointers non-NULL, dictionary present exactly for
+// dictionary types, every buffer that must hold bytes non-NULL (validity only
+// when null_count > 0). Buffer sizes follow from type, offset and length; the
+// data size of binary/utf8 comes from the last offset and that of view data
+// buffers from the trailing sizes buffer. Then ValidateStructural runs.
+// Rejections count kValidationErrors (kReleaseErrors for an already released
+// input). Errors name the node: "array.'points'.item.'x': length is negative
+// (-1)", "col 'tags'.item: unknown format string 'Q'". An array without any
+// buffer keeps nothing of the producer's, so its release may run during import.
 #pragma once
 
 #include "ferry/c/abi.h"

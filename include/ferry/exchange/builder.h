@@ -255,9 +255,7 @@ class BooleanBuilder final : public ArrayBuilder {
  public:
   explicit BooleanBuilder(MemoryPool* pool = default_memory_pool());
   Status Append(bool value);
-  Status AppendOptional(std::optional<bool> value) {
-    return value ? Append(*value) : AppendNull();
-  }
+  Status AppendOptional(std::optional<bool> value) { return value ? Append(*value) : AppendNull(); }
   Status AppendValues(const std::vector<bool>& values);
   Status AppendNulls(int64_t count) override;
   Status AppendEmptyValues(int64_t count) override;
@@ -406,7 +404,8 @@ class BaseBinaryBuilder : public ArrayBuilder {
   // Invalid when the total data would overflow OffsetType.
   Status Append(std::string_view value);
   Status Append(const uint8_t* value, int64_t size) {
-    return Append(std::string_view(reinterpret_cast<const char*>(value), static_cast<size_t>(size)));
+    return Append(
+        std::string_view(reinterpret_cast<const char*>(value), static_cast<size_t>(size)));
   }
   Status AppendOptional(std::optional<std::string_view> value) {
     return value ? Append(*value) : AppendNull();
@@ -578,11 +577,14 @@ class FixedSizeListBuilder final : public ArrayBuilder {
   Status Append();
   Status AppendNulls(int64_t count) override;
   Status AppendEmptyValues(int64_t count) override;
-  int32_t list_size() const { return type_->list_size; }
+  int32_t list_size() const { return list_size_; }
   ArrayBuilder* value_builder() const { return child(0); }
 
  protected:
   Result<ArrayDataPtr> FinishInternal() override;
+
+ private:
+  int32_t list_size_ = 0;
 };
 
 // struct: after Append(), append one value to every field_builder(i).
@@ -681,9 +683,8 @@ class RunEndEncodedBuilder final : public ArrayBuilder {
   Status AppendValueRun(CType value, int64_t run_length) {
     auto* values = dynamic_cast<FixedWidthBuilder<CType>*>(value_builder());
     if (values == nullptr) return ValueBuilderMismatch();
-    return AppendRunWithKey(
-        std::string(reinterpret_cast<const char*>(&value), sizeof(CType)), run_length,
-        [&] { return values->Append(value); });
+    return AppendRunWithKey(std::string(reinterpret_cast<const char*>(&value), sizeof(CType)),
+                            run_length, [&] { return values->Append(value); });
   }
   // For binary, utf8 (large or view) values.
   Status AppendStringRun(std::string_view value, int64_t run_length);

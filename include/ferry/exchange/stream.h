@@ -34,9 +34,19 @@ class RecordBatchReader {
 };
 
 // Exports `reader` as a stream; the stream keeps the reader alive until released.
+// get_schema exports the reader's schema on every call. get_next exports the
+// next batch (it must have the schema's column types) or marks the end with
+// out->release == NULL; a reader error (or exception) becomes its
+// Status::ToErrno() code, out is left released and get_last_error returns the
+// message until the next call. The stream stays usable after an error: the
+// next get_next asks the reader again. Callbacks are not thread-safe.
 Status ExportRecordBatchReader(std::shared_ptr<RecordBatchReader> reader, ArrowArrayStream* out);
-// Takes ownership of `stream` (moved; released when the reader is destroyed).
-// Each batch is imported without copying and validated structurally.
+// Takes ownership of `stream` (moved; released when the reader is destroyed,
+// also when this function fails). Each batch is imported without copying and
+// validated structurally against the stream's schema; imported batches
+// outlive the reader. After an error or the end of the stream, Next() repeats
+// that outcome without calling the producer again (the C stream interface
+// leaves a stream undefined after an error).
 Result<std::shared_ptr<RecordBatchReader>> ImportRecordBatchReader(ArrowArrayStream* stream);
 
 }  // namespace ferry
