@@ -99,7 +99,8 @@ arrow::Result<std::shared_ptr<arrow::RecordBatch>> MakeArrowTwin(const RecordBat
   if (!status.ok()) return arrow::Status::Invalid("Ferry export: ", status.ToString());
   ARROW_ASSIGN_OR_RAISE(auto view, arrow::ImportRecordBatch(&array, &schema));
   ARROW_ASSIGN_OR_RAISE(auto twin, view->CopyTo(arrow::default_cpu_memory_manager()));
-  if (!twin->Equals(*view)) return arrow::Status::Invalid("Arrow's copy differs from Ferry's batch");
+  if (!twin->Equals(*view))
+    return arrow::Status::Invalid("Arrow's copy differs from Ferry's batch");
   return twin;
 }
 #endif
@@ -333,7 +334,8 @@ std::vector<Shape> Shapes() {
     }
   }
   for (int columns : {10, 100, 1000}) {
-    for (int64_t rows : {int64_t{1}, int64_t{65536}}) shapes.push_back({Mix::kMixed, columns, rows});
+    for (int64_t rows : {int64_t{1}, int64_t{65536}})
+      shapes.push_back({Mix::kMixed, columns, rows});
   }
   return shapes;
 }

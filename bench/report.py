@@ -16,6 +16,8 @@ import os
 import re
 import sys
 
+# Coefficient of variation across repetitions, by the same keys as the medians.
+SPREAD: dict = {}
 NAME = re.compile(r"^(?P<kind>\w+)/(?P<path>\w+)/(?P<mix>\w+)/columns:(?P<columns>\d+)/rows:(?P<rows>\d+)$")
 
 
@@ -25,7 +27,15 @@ def load_cpp(path: str) -> tuple[dict, dict, dict]:
         report = json.load(handle)
     round_trips, floors = {}, {}
     for entry in report["benchmarks"]:
-        if entry.get("aggregate_name") != "median" or entry.get("error_occurred"):
+        if entry.get("error_occurred"):
+            continue
+        if entry.get("aggregate_name") == "cv":
+            match = NAME.match(entry["run_name"])
+            if match:
+                key = (match["path"], match["mix"], int(match["columns"]), int(match["rows"]))
+                SPREAD[key] = entry["cpu_time"]
+            continue
+        if entry.get("aggregate_name") != "median":
             continue
         ns_per_column = entry["per_column"] * 1e9
         match = NAME.match(entry["run_name"])
@@ -59,6 +69,10 @@ def ratio(numerator, denominator) -> str:
     return f"{numerator / denominator:.2f}"
 
 
+def spread(key) -> str:
+    return f"{SPREAD[key]:.0%}" if key in SPREAD else "–"
+
+
 def ns(value) -> str:
     if value is None:
         return "–"
@@ -72,14 +86,15 @@ def cpp_tables(round_trips: dict) -> list[str]:
         if not shapes:
             continue
         interop = any(p == "ferry_to_arrow" for (p, m, _, _) in round_trips if m == mix)
-        header = ["columns", "rows", "Ferry ns/col", "Arrow C++ ns/col", "Ferry / Arrow"]
+        header = ["columns", "rows", "Ferry ns/col", "Arrow C++ ns/col", "Ferry / Arrow", "CV Ferry / Arrow"]
         if interop:
             header += ["Ferry→Arrow ns/col", "Arrow→Ferry ns/col"]
         rows = []
         for columns, num_rows in shapes:
             ferry = round_trips.get(("ferry", mix, columns, num_rows))
             arrow = round_trips.get(("arrow", mix, columns, num_rows))
-            row = [str(columns), str(num_rows), ns(ferry), ns(arrow), ratio(ferry, arrow)]
+            row = [str(columns), str(num_rows), ns(ferry), ns(arrow), ratio(ferry, arrow),
+                   spread(("ferry", mix, columns, num_rows)) + " / " + spread(("arrow", mix, columns, num_rows))]
             if interop:
                 row += [ns(round_trips.get(("ferry_to_arrow", mix, columns, num_rows))),
                         ns(round_trips.get(("arrow_to_ferry", mix, columns, num_rows)))]

@@ -10,6 +10,7 @@ from ferry._ferry import (
     ArrayStream,
     RecordBatch,
     Schema,
+    devices,
     import_arrow,
     record_batch,
     reset_telemetry,
@@ -17,6 +18,7 @@ from ferry._ferry import (
     stream_of,
     telemetry,
     telemetry_prometheus,
+    to_device,
     validate,
     wide_batch,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "ArrayStream",
     "RecordBatch",
     "Schema",
+    "devices",
     "import_arrow",
     "record_batch",
     "reset_telemetry",
@@ -33,6 +36,7 @@ __all__ = [
     "stream_of",
     "telemetry",
     "telemetry_prometheus",
+    "to_device",
     "validate",
     "wide_batch",
 ]

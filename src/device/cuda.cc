@@ -19,38 +19,44 @@ namespace ferry::device::internal {
 namespace cuda {
 namespace {
 
+// Names for when the driver cannot give them (no driver loaded, or an old one).
 const char* BuiltInErrorName(CUresult result) {
+#define FERRY_CUDA_ERROR_NAME(code) \
+  case code:                        \
+    return #code;
   switch (result) {
-    case CUDA_SUCCESS: return "CUDA_SUCCESS";
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_DEINITIALIZED: return "CUDA_ERROR_DEINITIALIZED";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
-    case CUDA_ERROR_INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
-    case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
-    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
-    case CUDA_ERROR_ECC_UNCORRECTABLE: return "CUDA_ERROR_ECC_UNCORRECTABLE";
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
-    case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
-    case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
-    case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    case CUDA_ERROR_LAUNCH_TIMEOUT: return "CUDA_ERROR_LAUNCH_TIMEOUT";
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
-    case CUDA_ERROR_ASSERT: return "CUDA_ERROR_ASSERT";
-    case CUDA_ERROR_HARDWARE_STACK_ERROR: return "CUDA_ERROR_HARDWARE_STACK_ERROR";
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
-    case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE: return "CUDA_ERROR_INVALID_ADDRESS_SPACE";
-    case CUDA_ERROR_INVALID_PC: return "CUDA_ERROR_INVALID_PC";
-    case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
-    case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
-    case CUDA_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN";
-    default: return nullptr;
+    FERRY_CUDA_ERROR_NAME(CUDA_SUCCESS)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_VALUE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_OUT_OF_MEMORY)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NOT_INITIALIZED)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_DEINITIALIZED)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NO_DEVICE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_DEVICE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_IMAGE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_CONTEXT)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NO_BINARY_FOR_GPU)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_ECC_UNCORRECTABLE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_HANDLE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NOT_FOUND)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NOT_READY)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_LAUNCH_TIMEOUT)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_CONTEXT_IS_DESTROYED)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_ASSERT)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_HARDWARE_STACK_ERROR)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_ILLEGAL_INSTRUCTION)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_MISALIGNED_ADDRESS)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_ADDRESS_SPACE)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_INVALID_PC)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_LAUNCH_FAILED)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_NOT_SUPPORTED)
+    FERRY_CUDA_ERROR_NAME(CUDA_ERROR_UNKNOWN)
+    default:
+      return nullptr;
   }
+#undef FERRY_CUDA_ERROR_NAME
 }
 
 std::string ErrorName(const DriverApi* api, CUresult result) {
@@ -77,8 +83,8 @@ Result<const DriverApi*> LoadDriver(const char* library) {
   auto api = std::make_unique<DriverApi>();
   api->library = library;
   std::string missing;
-#define FERRY_CUDA_RESOLVE_ENTRY(name)                                         \
-  api->name = reinterpret_cast<decltype(api->name)>(dlsym(handle, #name));     \
+#define FERRY_CUDA_RESOLVE_ENTRY(name)                                     \
+  api->name = reinterpret_cast<decltype(api->name)>(dlsym(handle, #name)); \
   if (api->name == nullptr && missing.empty()) missing = #name;
   FERRY_CUDA_DRIVER_FUNCTIONS(FERRY_CUDA_RESOLVE_ENTRY)
 #undef FERRY_CUDA_RESOLVE_ENTRY
@@ -126,8 +132,7 @@ bool IsDeviceLoss(CUresult result) {
   }
 }
 
-Status CudaStatus(const DriverApi* api, CUresult result, std::string_view call,
-                  GpuHealth* health) {
+Status CudaStatus(const DriverApi* api, CUresult result, std::string_view call, GpuHealth* health) {
   if (result == CUDA_SUCCESS) return Status::OK();
   std::string message = std::string(call) + " failed: " + ErrorName(api, result);
   const char* text = nullptr;
@@ -136,16 +141,22 @@ Status CudaStatus(const DriverApi* api, CUresult result, std::string_view call,
   }
   Status status;
   switch (result) {
-    case CUDA_ERROR_OUT_OF_MEMORY: status = Status::OutOfMemory(std::move(message)); break;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      status = Status::OutOfMemory(std::move(message));
+      break;
     case CUDA_ERROR_INVALID_VALUE:
     case CUDA_ERROR_INVALID_HANDLE:
-    case CUDA_ERROR_INVALID_DEVICE: status = Status::Invalid(std::move(message)); break;
+    case CUDA_ERROR_INVALID_DEVICE:
+      status = Status::Invalid(std::move(message));
+      break;
     case CUDA_ERROR_NOT_SUPPORTED:
     case CUDA_ERROR_NO_BINARY_FOR_GPU:
     case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
       status = Status::NotImplemented(std::move(message));
       break;
-    default: status = Status::IOError(std::move(message)); break;
+    default:
+      status = Status::IOError(std::move(message));
+      break;
   }
   if (IsDeviceLoss(result) && health != nullptr) health->MarkLost(status);
   return status;
@@ -156,8 +167,8 @@ std::string Gpu::Describe() const {
 }
 
 ScopedContext::ScopedContext(const Gpu& gpu) : gpu_(gpu) {
-  status_ = CudaStatus(gpu_.api, gpu_.api->cuCtxPushCurrent_v2(gpu_.context),
-                       "cuCtxPushCurrent_v2");
+  status_ =
+      CudaStatus(gpu_.api, gpu_.api->cuCtxPushCurrent_v2(gpu_.context), "cuCtxPushCurrent_v2");
 }
 
 ScopedContext::~ScopedContext() {
@@ -259,7 +270,8 @@ class CudaQueue final : public Queue {
     CUstream stream = nullptr;
     // Non-blocking: no implicit ordering with the legacy default stream,
     // so ordering comes only from the events Ferry records and waits on.
-    FERRY_RETURN_NOT_OK(CudaStatus(gpu->api, gpu->api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING),
+    FERRY_RETURN_NOT_OK(CudaStatus(gpu->api,
+                                   gpu->api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING),
                                    "cuStreamCreate", &gpu->health));
     return std::unique_ptr<CudaQueue>(new CudaQueue(device, std::move(gpu), stream));
   }
@@ -286,12 +298,11 @@ class CudaQueue final : public Queue {
     // Unified addressing lets the driver tell host from device memory, so one
     // call serves every direction and every memory kind (pinned, managed,
     // pageable); the direction only labels the bytes for telemetry.
-    FERRY_RETURN_NOT_OK(CudaStatus(
-        gpu_->api,
-        gpu_->api->cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
-                                 reinterpret_cast<CUdeviceptr>(src), static_cast<size_t>(size),
-                                 stream_),
-        "cuMemcpyAsync", &gpu_->health));
+    FERRY_RETURN_NOT_OK(CudaStatus(gpu_->api,
+                                   gpu_->api->cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                                            reinterpret_cast<CUdeviceptr>(src),
+                                                            static_cast<size_t>(size), stream_),
+                                   "cuMemcpyAsync", &gpu_->health));
     CountCopy(direction, size);
     return Status::OK();
   }
@@ -322,9 +333,9 @@ class CudaQueue final : public Queue {
     FERRY_RETURN_NOT_OK(scope.status());
     // The event may come from another context or GPU; the driver orders the
     // stream after it without involving the host.
-    FERRY_RETURN_NOT_OK(CudaStatus(gpu_->api,
-                                   gpu_->api->cuStreamWaitEvent(stream_, event, CU_EVENT_WAIT_DEFAULT),
-                                   "cuStreamWaitEvent", &gpu_->health));
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(gpu_->api, gpu_->api->cuStreamWaitEvent(stream_, event, CU_EVENT_WAIT_DEFAULT),
+                   "cuStreamWaitEvent", &gpu_->health));
     CountEventWait(0);  // the host does not wait at all
     return Status::OK();
   }
@@ -378,17 +389,19 @@ class CudaDevice final : public Device {
   int64_t id() const override { return gpu_->ordinal; }
   std::string name() const override {
     switch (kind_) {
-      case DeviceType::kCudaHost: return gpu_->name + " (pinned host memory)";
-      case DeviceType::kCudaManaged: return gpu_->name + " (managed memory)";
-      default: return gpu_->name;
+      case DeviceType::kCudaHost:
+        return gpu_->name + " (pinned host memory)";
+      case DeviceType::kCudaManaged:
+        return gpu_->name + " (managed memory)";
+      default:
+        return gpu_->name;
     }
   }
   EventKind event_kind() const override { return EventKind::kCuda; }
 
   Result<BufferPtr> Allocate(int64_t size) override {
     if (size < 0) {
-      return Status::Invalid("negative allocation size " + std::to_string(size) + " on " +
-                             name());
+      return Status::Invalid("negative allocation size " + std::to_string(size) + " on " + name());
     }
     FERRY_RETURN_NOT_OK(CheckUsable(*gpu_));
     // Size 0 still gets a real allocation: Arrow buffers need a valid address.
@@ -400,8 +413,7 @@ class CudaDevice final : public Device {
       return Status::UnknownError("the CUDA driver returned memory not aligned to " +
                                   std::to_string(kBufferAlignment) + " bytes");
     }
-    return std::make_shared<Buffer>(static_cast<const uint8_t*>(*address), size,
-                                    std::move(owner));
+    return std::make_shared<Buffer>(static_cast<const uint8_t*>(*address), size, std::move(owner));
   }
 
   Result<QueuePtr> CreateQueue() override {
@@ -436,8 +448,9 @@ class CudaDevice final : public Device {
     switch (kind_) {
       case DeviceType::kCuda: {
         CUdeviceptr pointer = 0;
-        FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuMemAlloc_v2(&pointer, padded), "cuMemAlloc_v2",
-                                       &gpu_->health));
+        FERRY_RETURN_NOT_OK(
+            CudaStatus(api, api->cuMemAlloc_v2(&pointer, padded), "cuMemAlloc_v2", &gpu_->health));
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): the driver hands out integers
         return reinterpret_cast<void*>(pointer);
       }
       case DeviceType::kCudaHost: {
@@ -453,11 +466,11 @@ class CudaDevice final : public Device {
         // Portable: pinned for every context, not only this GPU's; mapped:
         // kernels read it at the same address the host uses.
         void* address = nullptr;
-        FERRY_RETURN_NOT_OK(CudaStatus(
-            api,
-            api->cuMemHostAlloc(&address, padded,
-                                CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-            "cuMemHostAlloc", &gpu_->health));
+        FERRY_RETURN_NOT_OK(
+            CudaStatus(api,
+                       api->cuMemHostAlloc(&address, padded,
+                                           CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                       "cuMemHostAlloc", &gpu_->health));
         return address;
       }
       case DeviceType::kCudaManaged: {
@@ -468,14 +481,15 @@ class CudaDevice final : public Device {
         FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuMemGetInfo_v2(&free_bytes, &total_bytes),
                                        "cuMemGetInfo_v2", &gpu_->health));
         if (padded > free_bytes) {
-          return Status::OutOfMemory("refusing a managed allocation of " +
-                                     std::to_string(padded) + " bytes: only " +
-                                     std::to_string(free_bytes) + " bytes of the GPU are free");
+          return Status::OutOfMemory("refusing a managed allocation of " + std::to_string(padded) +
+                                     " bytes: only " + std::to_string(free_bytes) +
+                                     " bytes of the GPU are free");
         }
         CUdeviceptr pointer = 0;
-        FERRY_RETURN_NOT_OK(CudaStatus(api,
-                                       api->cuMemAllocManaged(&pointer, padded, CU_MEM_ATTACH_GLOBAL),
-                                       "cuMemAllocManaged", &gpu_->health));
+        FERRY_RETURN_NOT_OK(
+            CudaStatus(api, api->cuMemAllocManaged(&pointer, padded, CU_MEM_ATTACH_GLOBAL),
+                       "cuMemAllocManaged", &gpu_->health));
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): the driver hands out integers
         return reinterpret_cast<void*>(pointer);
       }
       default:
@@ -498,15 +512,15 @@ Result<std::shared_ptr<Gpu>> OpenGpu(const DriverApi* api, int ordinal) {
   gpu->ordinal = ordinal;
   FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuDeviceGet(&gpu->device, ordinal), "cuDeviceGet"));
   char name[256] = {};
-  FERRY_RETURN_NOT_OK(
-      CudaStatus(api, api->cuDeviceGetName(name, sizeof(name) - 1, gpu->device), "cuDeviceGetName"));
+  FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuDeviceGetName(name, sizeof(name) - 1, gpu->device),
+                                 "cuDeviceGetName"));
   gpu->name = name;
   int unified_addressing = 0;
-  FERRY_RETURN_NOT_OK(CudaStatus(
-      api,
-      api->cuDeviceGetAttribute(&unified_addressing, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
-                                gpu->device),
-      "cuDeviceGetAttribute(UNIFIED_ADDRESSING)"));
+  FERRY_RETURN_NOT_OK(
+      CudaStatus(api,
+                 api->cuDeviceGetAttribute(&unified_addressing,
+                                           CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, gpu->device),
+                 "cuDeviceGetAttribute(UNIFIED_ADDRESSING)"));
   if (unified_addressing == 0) {
     // Ferry hands device pointers around as plain addresses.
     return Status::NotImplemented(gpu->Describe() + " lacks unified addressing");
@@ -547,15 +561,16 @@ Discovery DiscoverCudaFrom(const char* library) {
   }
   int count = 0;
   Status counted = CudaStatus(api, api->cuDeviceGetCount(&count), "cuDeviceGetCount");
-  if (!counted.ok()) return all_absent(std::string(library) + " is loaded but " + counted.message());
+  if (!counted.ok())
+    return all_absent(std::string(library) + " is loaded but " + counted.message());
   if (count <= 0) return all_absent(std::string(library) + " is loaded but reports no CUDA GPU");
 
   for (int ordinal = 0; ordinal < count; ++ordinal) {
     auto gpu = OpenGpu(api, ordinal);
     if (!gpu.ok()) {
       for (DeviceType kind : kCudaKinds) {
-        out.absent.emplace_back(kind, "CUDA device " + std::to_string(ordinal) + ": " +
-                                          gpu.status().message());
+        out.absent.emplace_back(
+            kind, "CUDA device " + std::to_string(ordinal) + ": " + gpu.status().message());
       }
       continue;
     }

@@ -24,8 +24,8 @@
 namespace ferry::device {
 namespace {
 
-using ::testing::HasSubstr;
 using telemetry::Counter;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 constexpr DeviceType kCudaKinds[] = {DeviceType::kCuda, DeviceType::kCudaHost,
@@ -89,8 +89,7 @@ TEST(CudaRegistry, AbsentCudaIsReportedWithItsReasonAndGetSaysNotImplemented) {
       EXPECT_THAT(device.status().message(), HasSubstr("without CUDA"));
 #endif
     }
-    EXPECT_THAT(registry.Describe(),
-                HasSubstr(std::string(DeviceTypeName(kind)) + ": absent ("));
+    EXPECT_THAT(registry.Describe(), HasSubstr(std::string(DeviceTypeName(kind)) + ": absent ("));
   }
   for (Device* device : registry.Present()) {
     EXPECT_NE(device->type(), DeviceType::kCuda);
@@ -107,8 +106,9 @@ TEST(CudaDiscovery, AMissingDriverLibraryMakesEveryKindAbsentNamingIt) {
   ASSERT_EQ(discovery.absent.size(), 3u);
   for (size_t index = 0; index < 3; ++index) {
     EXPECT_EQ(discovery.absent[index].first, kCudaKinds[index]);
-    EXPECT_THAT(discovery.absent[index].second,
-                HasSubstr("the CUDA driver libferry-no-such-cuda-driver.so.1 could not be loaded: "));
+    EXPECT_THAT(
+        discovery.absent[index].second,
+        HasSubstr("the CUDA driver libferry-no-such-cuda-driver.so.1 could not be loaded: "));
     // dlerror's own words follow.
     EXPECT_THAT(discovery.absent[index].second, HasSubstr("libferry-no-such-cuda-driver.so.1:"));
   }
@@ -275,13 +275,14 @@ TEST_P(CudaTest, DevicesOfOneGpuShareItsIdAndName) {
   auto plain = DeviceRegistry::Global().Get(DeviceType::kCuda, 0);
   ASSERT_TRUE(plain.ok());
   EXPECT_THAT(device_->name(), HasSubstr((*plain)->name()));
-  EXPECT_THAT(DeviceRegistry::Global().Describe(),
-              HasSubstr(std::string(DeviceTypeName(GetParam().type)) + ": " + device_->name() +
-                        " (id 0)"));
+  EXPECT_THAT(
+      DeviceRegistry::Global().Describe(),
+      HasSubstr(std::string(DeviceTypeName(GetParam().type)) + ": " + device_->name() + " (id 0)"));
   auto missing = DeviceRegistry::Global().Get(GetParam().type, 4096);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(missing.status().message(),
-              HasSubstr(std::string("no ") + DeviceTypeName(GetParam().type) + " device with id 4096"));
+  EXPECT_THAT(
+      missing.status().message(),
+      HasSubstr(std::string("no ") + DeviceTypeName(GetParam().type) + " device with id 4096"));
 }
 
 TEST_P(CudaTest, QueuesAreSeparateStreams) {
@@ -295,8 +296,8 @@ TEST_P(CudaTest, QueuesAreSeparateStreams) {
 }
 
 TEST_P(CudaTest, CopiesRoundTripWithExactCountsPerDirection) {
-  for (int64_t size : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{4096},
-                       (int64_t{3} << 20) + 5}) {
+  for (int64_t size :
+       {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{4096}, (int64_t{3} << 20) + 5}) {
     SCOPED_TRACE(size);
     std::vector<uint8_t> source(static_cast<size_t>(size));
     for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 31 + 7);
@@ -310,10 +311,11 @@ TEST_P(CudaTest, CopiesRoundTripWithExactCountsPerDirection) {
 
     CounterDelta delta;
     Queue* queue = device_->default_queue();
-    ASSERT_TRUE(queue->Copy(CopyDirection::kHostToDevice, source.data(), first->mutable_data(),
-                            size).ok());
-    ASSERT_TRUE(queue->Copy(CopyDirection::kDeviceToDevice, first->data(),
-                            second->mutable_data(), size).ok());
+    ASSERT_TRUE(
+        queue->Copy(CopyDirection::kHostToDevice, source.data(), first->mutable_data(), size).ok());
+    ASSERT_TRUE(
+        queue->Copy(CopyDirection::kDeviceToDevice, first->data(), second->mutable_data(), size)
+            .ok());
     // The GPU reads the second buffer through its Arrow address.
     auto device_sum = kernels_->SumBytes(queue, second->data(), size);
     ASSERT_TRUE(device_sum.ok()) << device_sum.status().ToString();
@@ -367,19 +369,21 @@ TEST_P(CudaTest, BadCopiesAreRefusedAndNotCounted) {
   ASSERT_TRUE(buffer);
   Queue* queue = device_->default_queue();
   CounterDelta delta;
-  Status negative = queue->Copy(CopyDirection::kDeviceToDevice, buffer->data(),
-                                buffer->mutable_data(), -5);
+  Status negative =
+      queue->Copy(CopyDirection::kDeviceToDevice, buffer->data(), buffer->mutable_data(), -5);
   EXPECT_EQ(negative.code(), StatusCode::kInvalid);
   EXPECT_THAT(negative.message(), HasSubstr("negative copy size -5"));
-  Status null_source = queue->Copy(CopyDirection::kHostToDevice, nullptr, buffer->mutable_data(), 8);
+  Status null_source =
+      queue->Copy(CopyDirection::kHostToDevice, nullptr, buffer->mutable_data(), 8);
   EXPECT_THAT(null_source.message(), HasSubstr("null source"));
   Status null_destination = queue->Copy(CopyDirection::kDeviceToHost, buffer->data(), nullptr, 8);
   EXPECT_THAT(null_destination.message(), HasSubstr("null destination"));
   EXPECT_EQ(delta(Counter::kBytesCopiedD2D), 0);
   EXPECT_EQ(delta(Counter::kBytesCopiedH2D), 0);
   EXPECT_EQ(delta(Counter::kBytesCopiedD2H), 0);
-  EXPECT_TRUE(queue->Copy(CopyDirection::kDeviceToDevice, buffer->data(),
-                          buffer->mutable_data() + 128, 64).ok());
+  EXPECT_TRUE(
+      queue->Copy(CopyDirection::kDeviceToDevice, buffer->data(), buffer->mutable_data() + 128, 64)
+          .ok());
   EXPECT_TRUE(queue->Synchronize().ok());
 }
 
@@ -490,8 +494,10 @@ TEST_P(CudaTest, TwoStreamsOrderEachOtherThroughEvents) {
   auto first_done = (*first)->RecordEvent();
   ASSERT_TRUE(first_done.ok());
   ASSERT_TRUE((*second)->WaitEvent((*first_done)->sync_event()).ok());
-  ASSERT_TRUE((*second)->Copy(CopyDirection::kDeviceToDevice, shared->data(),
-                              snapshot->mutable_data(), kCount * 8).ok());
+  ASSERT_TRUE((*second)
+                  ->Copy(CopyDirection::kDeviceToDevice, shared->data(), snapshot->mutable_data(),
+                         kCount * 8)
+                  .ok());
   ASSERT_TRUE(kernels_->FillSequence(second->get(), shared->mutable_data(), kCount, 1000).ok());
   auto second_done = (*second)->RecordEvent();
   ASSERT_TRUE(second_done.ok());
@@ -651,14 +657,15 @@ TEST_P(CudaTest, CopyBetweenKindsOfOneGpu) {
   ASSERT_TRUE(plain.ok());
   auto source = (*plain)->Allocate(kCount * 8);
   ASSERT_TRUE(source.ok());
-  ASSERT_TRUE(kernels_->FillSequence((*plain)->default_queue(), (*source)->mutable_data(), kCount,
-                                     -7).ok());
+  ASSERT_TRUE(
+      kernels_->FillSequence((*plain)->default_queue(), (*source)->mutable_data(), kCount, -7)
+          .ok());
   ASSERT_TRUE((*plain)->default_queue()->Synchronize().ok());
   BufferPtr target = MustAllocate(kCount * 8);
   ASSERT_TRUE(target);
   CounterDelta delta;
-  ASSERT_TRUE(CopyBetween(*plain, (*source)->data(), device_, target->mutable_data(), kCount * 8)
-                  .ok());
+  ASSERT_TRUE(
+      CopyBetween(*plain, (*source)->data(), device_, target->mutable_data(), kCount * 8).ok());
   ASSERT_TRUE((*plain)->default_queue()->Synchronize().ok());
   ASSERT_TRUE(device_->default_queue()->Synchronize().ok());
   if (device_->host_accessible()) {

@@ -8,12 +8,53 @@
 #include <utility>
 #include <vector>
 
+#include "exchange/bridge_internal.h"
 #include "ferry/exchange/validate.h"
 #include "ferry/telemetry/telemetry.h"
 
 namespace ferry {
+namespace internal {
+
+std::string Quoted(std::string_view name) {
+  std::string quoted = "'";
+  for (char c : name) {
+    if (c == '\'' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "'";
+}
+
+// Paths follow the convention of validate.h, e.g. "col 'points'.item.'x'":
+// list-likes step into ".item", maps into ".entries", run-end encoded arrays
+// into ".run_ends"/".values", structs and unions into ".'<name>'".
+std::string ChildPath(const std::string& parent, const DataType& parent_type, int64_t index,
+                      std::string_view child_name) {
+  switch (parent_type.id) {
+    case TypeId::kList:
+    case TypeId::kLargeList:
+    case TypeId::kListView:
+    case TypeId::kLargeListView:
+    case TypeId::kFixedSizeList:
+      return parent + ".item";
+    case TypeId::kMap:
+      return parent + ".entries";
+    case TypeId::kRunEndEncoded:
+      return parent + (index == 0 ? ".run_ends" : ".values");
+    default:
+      return parent + "." + Quoted(child_name);
+  }
+}
+
+}  // namespace internal
+
 namespace {
 
+using internal::ArrayExportOptions;
+using internal::ChildPath;
+using internal::ImportedArrayHolder;
+using internal::Quoted;
+using internal::ValueRead;
+using internal::ValueReader;
 using telemetry::Counter;
 
 // Deeper trees than this are rejected on import: a malicious or cyclic
@@ -73,37 +114,6 @@ int OffsetWidthOfVariableLength(TypeId id) {
       return 8;
     default:
       return 0;
-  }
-}
-
-// A name in single quotes, with ' and \ escaped by a backslash.
-std::string Quoted(std::string_view name) {
-  std::string quoted = "'";
-  for (char c : name) {
-    if (c == '\'' || c == '\\') quoted += '\\';
-    quoted += c;
-  }
-  return quoted + "'";
-}
-
-// Paths follow the convention of validate.h, e.g. "col 'points'.item.'x'":
-// list-likes step into ".item", maps into ".entries", run-end encoded arrays
-// into ".run_ends"/".values", structs and unions into ".'<name>'".
-std::string ChildPath(const std::string& parent, const DataType& parent_type, int64_t index,
-                      std::string_view child_name) {
-  switch (parent_type.id) {
-    case TypeId::kList:
-    case TypeId::kLargeList:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-    case TypeId::kFixedSizeList:
-      return parent + ".item";
-    case TypeId::kMap:
-      return parent + ".entries";
-    case TypeId::kRunEndEncoded:
-      return parent + (index == 0 ? ".run_ends" : ".values");
-    default:
-      return parent + "." + Quoted(child_name);
   }
 }
 
@@ -208,6 +218,8 @@ struct ExportedArray {
   // View types: the sizes of the variadic data buffers, exported as the
   // final buffer.
   std::vector<int64_t> variadic_sizes;
+  // Device exports: where place_variadic_sizes put those sizes.
+  BufferPtr placed_variadic_sizes;
   std::vector<ArrowArray> children;
   std::vector<ArrowArray*> child_pointers;
   ArrowArray dictionary{};
@@ -235,7 +247,8 @@ void ReleaseExportedArray(ArrowArray* array) {
 // static zero serves every zero-length, zero-offset binary or list array.
 const int64_t kZeroOffsets[1] = {0};
 
-Status ExportArrayNode(const ArrayDataPtr& data, const std::string& path, ArrowArray* out) {
+Status ExportArrayNode(const ArrayDataPtr& data, const std::string& path,
+                       const ArrayExportOptions& options, ArrowArray* out) {
   const std::string& where = path;
   if (data == nullptr) return Status::Invalid(where + ": ArrayData is null");
   if (data->type == nullptr) return Status::Invalid(where + ": ArrayData has no type");
@@ -265,8 +278,8 @@ Status ExportArrayNode(const ArrayDataPtr& data, const std::string& path, ArrowA
     exported->buffer_pointers.push_back(buffer ? buffer->data() : nullptr);
   }
   const DataType& storage = StorageType(type);
-  if (OffsetWidthOfVariableLength(storage.id) != 0 && exported->buffer_pointers[1] == nullptr &&
-      data->length == 0 && data->offset == 0) {
+  if (options.host_readable && OffsetWidthOfVariableLength(storage.id) != 0 &&
+      exported->buffer_pointers[1] == nullptr && data->length == 0 && data->offset == 0) {
     exported->buffer_pointers[1] = kZeroOffsets;
   }
   if (IsViewType(type.id)) {
@@ -275,7 +288,19 @@ Status ExportArrayNode(const ArrayDataPtr& data, const std::string& path, ArrowA
     for (size_t i = 2; i < data->buffers.size(); ++i) {
       exported->variadic_sizes.push_back(data->buffers[i] ? data->buffers[i]->size() : 0);
     }
-    exported->buffer_pointers.push_back(exported->variadic_sizes.data());
+    const void* sizes_pointer = exported->variadic_sizes.data();
+    if (!options.host_readable && options.place_variadic_sizes) {
+      const auto count = static_cast<int64_t>(exported->variadic_sizes.size());
+      sizes_pointer = nullptr;
+      if (count > 0) {
+        Result<BufferPtr> placed =
+            options.place_variadic_sizes(exported->variadic_sizes.data(), count);
+        if (!placed.ok()) return placed.status().WithPrefix(where + ": variadic buffer sizes: ");
+        exported->placed_variadic_sizes = placed.MoveValueUnsafe();
+        sizes_pointer = exported->placed_variadic_sizes->data();
+      }
+    }
+    exported->buffer_pointers.push_back(sizes_pointer);
   }
 
   exported->children.assign(data->children.size(), ArrowArray{});
@@ -284,16 +309,17 @@ Status ExportArrayNode(const ArrayDataPtr& data, const std::string& path, ArrowA
     const std::string child_name = i < type.children.size() ? type.children[i].name : "";
     FERRY_RETURN_NOT_OK(ExportArrayNode(data->children[i],
                                         ChildPath(path, type, static_cast<int64_t>(i), child_name),
-                                        &exported->children[i]));
+                                        options, &exported->children[i]));
     exported->child_pointers[i] = &exported->children[i];
   }
   if (data->dictionary != nullptr) {
     FERRY_RETURN_NOT_OK(
-        ExportArrayNode(data->dictionary, DictionaryPath(path), &exported->dictionary));
+        ExportArrayNode(data->dictionary, DictionaryPath(path), options, &exported->dictionary));
   }
 
   out->length = data->length;
-  out->null_count = data->GetNullCount();
+  // Counting nulls reads the bitmap, which device memory does not allow.
+  out->null_count = options.host_readable ? data->GetNullCount() : data->null_count;
   out->offset = data->offset;
   out->n_buffers = static_cast<int64_t>(exported->buffer_pointers.size());
   out->n_children = static_cast<int64_t>(exported->children.size());
@@ -421,26 +447,6 @@ Result<Field> ImportFieldNode(const ArrowSchema* schema, const std::string& path
 // Array import
 // ============================================================================
 
-// Owns a moved foreign ArrowArray: its release runs exactly once, when the
-// last Buffer (of any node, slice or child) that points into it is gone.
-class ImportedArrayHolder {
- public:
-  explicit ImportedArrayHolder(ArrowArray* source) { MoveArray(source, &array_); }
-  ~ImportedArrayHolder() {
-    if (array_.release != nullptr) {
-      array_.release(&array_);
-      telemetry::Add(Counter::kForeignReleases);
-    }
-  }
-  ImportedArrayHolder(const ImportedArrayHolder&) = delete;
-  ImportedArrayHolder& operator=(const ImportedArrayHolder&) = delete;
-
-  const ArrowArray& array() const { return array_; }
-
- private:
-  ArrowArray array_{};
-};
-
 Status ImportError(const std::string& where, const std::string& rule) {
   return Status::Invalid(where + ": " + rule);
 }
@@ -463,25 +469,90 @@ Status RequirePresent(const ArrowArray& array, int64_t index, int64_t size, cons
   return Status::OK();
 }
 
-int64_t ReadLastOffset(const void* offsets, int width, int64_t index) {
-  const uint8_t* bytes = static_cast<const uint8_t*>(offsets) + index * width;
-  if (width == 4) {
-    int32_t value;
-    std::memcpy(&value, bytes, sizeof(value));
+// Where import gets the few values it must read from the producer's buffers
+// (see bridge_internal.h): in place for host memory; for device memory a
+// first walk records the reads and a second one replays the fetched values.
+class ValueSource {
+ public:
+  // Reads host memory in place.
+  ValueSource() = default;
+  static ValueSource Recording(std::vector<ValueRead>* reads) {
+    ValueSource source;
+    source.mode_ = Mode::kRecording;
+    source.recorded_ = reads;
+    return source;
+  }
+  static ValueSource Replaying(const std::vector<ValueRead>* reads,
+                               const std::vector<int64_t>* values) {
+    ValueSource source;
+    source.mode_ = Mode::kReplaying;
+    source.replayed_reads_ = reads;
+    source.values_ = values;
+    return source;
+  }
+
+  bool in_place() const { return mode_ == Mode::kInPlace; }
+  bool recording() const { return mode_ == Mode::kRecording; }
+
+  // The little-endian signed value of `width` (4 or 8) bytes at `address`;
+  // 0 while recording.
+  Status Read(const void* address, int32_t width, int64_t* value) {
+    switch (mode_) {
+      case Mode::kInPlace:
+        *value = Load(address, width);
+        return Status::OK();
+      case Mode::kRecording:
+        recorded_->push_back(ValueRead{address, width});
+        *value = 0;
+        return Status::OK();
+      case Mode::kReplaying:
+        break;
+    }
+    if (next_ >= replayed_reads_->size() || (*replayed_reads_)[next_].address != address ||
+        (*replayed_reads_)[next_].width != width) {
+      return Status::UnknownError(
+          "import asked for a value it did not plan to read (a bug in Ferry's bridge)");
+    }
+    *value = (*values_)[next_++];
+    return Status::OK();
+  }
+
+ private:
+  enum class Mode : uint8_t { kInPlace, kRecording, kReplaying };
+
+  static int64_t Load(const void* address, int32_t width) {
+    if (width == 4) {
+      int32_t value;
+      std::memcpy(&value, address, sizeof(value));
+      return value;
+    }
+    int64_t value;
+    std::memcpy(&value, address, sizeof(value));
     return value;
   }
-  int64_t value;
-  std::memcpy(&value, bytes, sizeof(value));
-  return value;
+
+  Mode mode_ = Mode::kInPlace;
+  std::vector<ValueRead>* recorded_ = nullptr;
+  const std::vector<ValueRead>* replayed_reads_ = nullptr;
+  const std::vector<int64_t>* values_ = nullptr;
+  size_t next_ = 0;
+};
+
+const void* OffsetAddress(const void* offsets, int32_t width, int64_t index) {
+  return static_cast<const uint8_t*>(offsets) + index * width;
 }
 
 // Sizes of the buffers that ArrayData keeps (all but the trailing sizes
 // buffer of views), computed from the type and offset + length (`end`);
 // variable-length data sizes come from the last offset (binary, utf8) or
-// from the trailing sizes buffer (views). Every buffer is checked for
-// presence before any byte of it is read. The caller has checked n_buffers.
+// from the trailing sizes buffer (views), read through `source`. Every
+// buffer is checked for presence before any byte of it is read. The caller
+// has checked n_buffers. For device memory (not `in_place`) the last offset
+// of a list or map with values is read too, into `list_last_offset`, since
+// ValidateStructural cannot read it there.
 Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int64_t end,
-                          const std::string& where, std::vector<int64_t>* sizes) {
+                          const std::string& where, ValueSource* source,
+                          std::vector<int64_t>* sizes, int64_t* list_last_offset) {
   const bool is_view = IsViewType(storage.id);
   sizes->assign(static_cast<size_t>(is_view ? array.n_buffers - 1 : array.n_buffers), 0);
   if (HasValidityBitmap(storage.id)) (*sizes)[0] = BytesForBits(end);
@@ -505,11 +576,20 @@ Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int6
       const int width = OffsetWidthOfVariableLength(storage.id);
       FERRY_RETURN_NOT_OK(CheckedMultiply(end + 1, width, where, &(*sizes)[1]));
       FERRY_RETURN_NOT_OK(RequirePresent(array, 1, (*sizes)[1], "offsets", where));
-      if (sizes->size() < 3) return Status::OK();  // lists and maps: the data is the child
+      if (sizes->size() < 3) {  // lists and maps: the data is the child
+        if (!source->in_place() && array.length > 0) {
+          return source->Read(OffsetAddress(array.buffers[1], width, end), width, list_last_offset);
+        }
+        return Status::OK();
+      }
       // A non-null offsets buffer holds offset + length + 1 entries, so the
-      // last one can be read even for a zero-length array.
-      const int64_t last_offset =
-          array.buffers[1] == nullptr ? 0 : ReadLastOffset(array.buffers[1], width, end);
+      // last one can be read even for a zero-length array (in place only:
+      // from device memory nothing is fetched for an array without values).
+      int64_t last_offset = 0;
+      if (array.buffers[1] != nullptr && (source->in_place() || array.length > 0)) {
+        FERRY_RETURN_NOT_OK(
+            source->Read(OffsetAddress(array.buffers[1], width, end), width, &last_offset));
+      }
       if (last_offset < 0) {
         return ImportError(where, "last offset is negative (" + std::to_string(last_offset) + ")");
       }
@@ -528,9 +608,13 @@ Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int6
                                       ") is NULL but there are " + std::to_string(variadic_count) +
                                       " data buffers");
       }
+      // From device memory nothing is fetched for an array without values:
+      // its data buffers keep size 0.
+      if (!source->in_place() && array.length == 0) return Status::OK();
       for (int64_t i = 0; i < variadic_count; ++i) {
         int64_t size;
-        std::memcpy(&size, static_cast<const uint8_t*>(variadic_sizes) + i * 8, sizeof(size));
+        FERRY_RETURN_NOT_OK(
+            source->Read(static_cast<const uint8_t*>(variadic_sizes) + i * 8, 8, &size));
         if (size < 0) {
           return ImportError(where, "variadic data buffer " + std::to_string(i) +
                                         " has negative size " + std::to_string(size));
@@ -570,13 +654,76 @@ Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int6
   }
 }
 
+// The rules of ValidateStructural that import does not already guarantee by
+// construction, limited to what needs no byte of device memory: header
+// values, child lengths, and the fetched last offset of a list or map.
+Status CheckDeviceNode(const ArrayData& data, const DataType& storage, int64_t end,
+                       int64_t list_last_offset, const std::string& where) {
+  if (!HasValidityBitmap(storage.id) && storage.id != TypeId::kNull && data.null_count > 0) {
+    return ImportError(where, std::string(TypeIdName(storage.id)) +
+                                  " arrays have no validity bitmap, so null_count must be 0 "
+                                  "(or unknown), got " +
+                                  std::to_string(data.null_count));
+  }
+  auto check_children_cover = [&](int64_t required, const char* reason) -> Status {
+    for (size_t i = 0; i < data.children.size(); ++i) {
+      if (data.children[i]->length < required) {
+        return ImportError(
+            where, "child " + std::to_string(i) + " (" + Quoted(storage.children[i].name) +
+                       ") is too short: " + reason + " needs length " + std::to_string(required) +
+                       ", child has " + std::to_string(data.children[i]->length));
+      }
+    }
+    return Status::OK();
+  };
+  switch (storage.id) {
+    case TypeId::kStruct:
+    case TypeId::kSparseUnion:
+      if (data.length == 0) return Status::OK();
+      return check_children_cover(end, "offset + length");
+    case TypeId::kFixedSizeList: {
+      if (data.length == 0) return Status::OK();
+      int64_t required = 0;
+      FERRY_RETURN_NOT_OK(CheckedMultiply(end, storage.list_size, where, &required));
+      return check_children_cover(required, "(offset + length) * list_size");
+    }
+    case TypeId::kList:
+    case TypeId::kLargeList:
+    case TypeId::kMap:
+      if (data.length == 0) return Status::OK();
+      if (list_last_offset < 0) {
+        return ImportError(where,
+                           "last offset is negative (" + std::to_string(list_last_offset) + ")");
+      }
+      if (list_last_offset > data.children[0]->length) {
+        return ImportError(where, "last offset exceeds the child length: offsets[" +
+                                      std::to_string(end) +
+                                      "]=" + std::to_string(list_last_offset) + " > " +
+                                      std::to_string(data.children[0]->length));
+      }
+      return Status::OK();
+    case TypeId::kRunEndEncoded:
+      if (data.children[0]->length != data.children[1]->length) {
+        return ImportError(where, "run_ends and values must have the same length: run_ends has " +
+                                      std::to_string(data.children[0]->length) + ", values has " +
+                                      std::to_string(data.children[1]->length));
+      }
+      return Status::OK();
+    default:
+      return Status::OK();
+  }
+}
+
 // Builds ArrayData for one node of a foreign array (and, recursively, its
 // children and dictionary). Every Buffer is owned by `owner`, the holder of
 // the whole foreign tree. The header fields are checked before any buffer is
 // read.
+//
+// While `source` records, nothing is built: the walk only checks headers and
+// collects the reads, and the result is null.
 Result<ArrayDataPtr> ImportArrayNode(const ArrowArray* array, const TypePtr& type,
                                      const std::shared_ptr<const void>& owner,
-                                     const std::string& path, int depth) {
+                                     const std::string& path, int depth, ValueSource* source) {
   const std::string& where = path;
   if (type == nullptr) return ImportError(where, "no type to import it as");
   if (array == nullptr) return ImportError(where, "ArrowArray pointer is NULL");
@@ -640,7 +787,25 @@ Result<ArrayDataPtr> ImportArrayNode(const ArrowArray* array, const TypePtr& typ
   }
 
   std::vector<int64_t> sizes;
-  FERRY_RETURN_NOT_OK(ComputeBufferSizes(*array, storage, end, where, &sizes));
+  int64_t list_last_offset = 0;
+  FERRY_RETURN_NOT_OK(
+      ComputeBufferSizes(*array, storage, end, where, source, &sizes, &list_last_offset));
+
+  if (source->recording()) {
+    for (int64_t i = 0; i < array->n_children; ++i) {
+      const Field& child_field = type->children[static_cast<size_t>(i)];
+      FERRY_RETURN_NOT_OK(ImportArrayNode(array->children[i], child_field.type, owner,
+                                          ChildPath(path, *type, i, child_field.name), depth + 1,
+                                          source)
+                              .status());
+    }
+    if (type->id == TypeId::kDictionary) {
+      FERRY_RETURN_NOT_OK(ImportArrayNode(array->dictionary, type->value_type, owner,
+                                          DictionaryPath(path), depth + 1, source)
+                              .status());
+    }
+    return ArrayDataPtr();
+  }
 
   auto data = std::make_shared<ArrayData>();
   data->type = type;
@@ -661,15 +826,19 @@ Result<ArrayDataPtr> ImportArrayNode(const ArrowArray* array, const TypePtr& typ
   data->children.reserve(static_cast<size_t>(array->n_children));
   for (int64_t i = 0; i < array->n_children; ++i) {
     const Field& child_field = type->children[static_cast<size_t>(i)];
-    FERRY_ASSIGN_OR_RAISE(ArrayDataPtr child,
-                          ImportArrayNode(array->children[i], child_field.type, owner,
-                                          ChildPath(path, *type, i, child_field.name), depth + 1));
+    FERRY_ASSIGN_OR_RAISE(
+        ArrayDataPtr child,
+        ImportArrayNode(array->children[i], child_field.type, owner,
+                        ChildPath(path, *type, i, child_field.name), depth + 1, source));
     data->children.push_back(std::move(child));
   }
   if (type->id == TypeId::kDictionary) {
     FERRY_ASSIGN_OR_RAISE(data->dictionary,
                           ImportArrayNode(array->dictionary, type->value_type, owner,
-                                          DictionaryPath(path), depth + 1));
+                                          DictionaryPath(path), depth + 1, source));
+  }
+  if (!source->in_place()) {
+    FERRY_RETURN_NOT_OK(CheckDeviceNode(*data, storage, end, list_last_offset, where));
   }
   return ArrayDataPtr(std::move(data));
 }
@@ -687,6 +856,75 @@ Status RejectForeignArray(ArrowArray* array, const Status& status) {
 }
 
 }  // namespace
+
+// ============================================================================
+// Internal API (bridge_internal.h)
+// ============================================================================
+
+namespace internal {
+
+ImportedArrayHolder::ImportedArrayHolder(ArrowArray* source) { MoveArray(source, &array_); }
+
+ImportedArrayHolder::~ImportedArrayHolder() {
+  if (array_.release != nullptr) {
+    array_.release(&array_);
+    telemetry::Add(Counter::kForeignReleases);
+  }
+}
+
+Result<ArrayDataPtr> ImportHeldArray(const std::shared_ptr<ImportedArrayHolder>& holder,
+                                     const TypePtr& type, const ValueReader* reader) {
+  const std::shared_ptr<const void> owner = holder;
+  if (reader == nullptr) {
+    ValueSource in_place;
+    Result<ArrayDataPtr> imported =
+        ImportArrayNode(&holder->array(), type, owner, "array", 0, &in_place);
+    if (!imported.ok()) {
+      telemetry::Add(Counter::kValidationErrors);
+      return imported.status();
+    }
+    Status valid = ValidateStructural(**imported);
+    if (!valid.ok()) {
+      telemetry::Add(Counter::kValidationErrors);
+      return valid;
+    }
+    telemetry::Add(Counter::kZeroCopyImports);
+    return imported;
+  }
+
+  std::vector<ValueRead> reads;
+  ValueSource recording = ValueSource::Recording(&reads);
+  Status planned = ImportArrayNode(&holder->array(), type, owner, "array", 0, &recording).status();
+  if (!planned.ok()) {
+    telemetry::Add(Counter::kValidationErrors);
+    return planned;
+  }
+  std::vector<int64_t> values;
+  if (!reads.empty()) {
+    FERRY_RETURN_NOT_OK((*reader)(reads, &values));
+    if (values.size() != reads.size()) {
+      return Status::UnknownError("the value reader returned " + std::to_string(values.size()) +
+                                  " values for " + std::to_string(reads.size()) + " reads");
+    }
+  }
+  ValueSource replaying = ValueSource::Replaying(&reads, &values);
+  Result<ArrayDataPtr> imported =
+      ImportArrayNode(&holder->array(), type, owner, "array", 0, &replaying);
+  if (!imported.ok()) {
+    telemetry::Add(Counter::kValidationErrors);
+    return imported.status();
+  }
+  telemetry::Add(Counter::kZeroCopyImports);
+  return imported;
+}
+
+Status ExportArrayWith(const ArrayDataPtr& data, ArrowArray* out,
+                       const ArrayExportOptions& options) {
+  if (out == nullptr) return Status::Invalid("output ArrowArray is NULL");
+  return ExportArrayNode(data, "array", options, out);
+}
+
+}  // namespace internal
 
 // ============================================================================
 // Public API
@@ -735,7 +973,8 @@ Status ExportSchema(const Schema& schema, ArrowSchema* out) {
 
 Status ExportArray(const ArrayDataPtr& data, ArrowArray* out) {
   if (out == nullptr) return Status::Invalid("ExportArray: output ArrowArray is NULL");
-  Status exported = ExportArrayNode(data, "array", out);
+  static const ArrayExportOptions kHostMemory;
+  Status exported = ExportArrayNode(data, "array", kHostMemory, out);
   if (!exported.ok()) return exported.WithPrefix("ExportArray: ");
   telemetry::Add(Counter::kZeroCopyExports);
   return Status::OK();
@@ -799,20 +1038,8 @@ Result<ArrayDataPtr> ImportArray(ArrowArray* array, const TypePtr& type) {
     return RejectForeignArray(array, Status::Invalid("ImportArray: type is null"));
   // From here on the foreign array is the holder's: whatever happens below,
   // its release runs once nothing points into it any more.
-  auto holder = std::make_shared<ImportedArrayHolder>(array);
-  Result<ArrayDataPtr> imported = ImportArrayNode(&holder->array(), type, holder, "array", 0);
-  holder.reset();
-  if (!imported.ok()) {
-    telemetry::Add(Counter::kValidationErrors);
-    return imported.status();
-  }
-  Status valid = ValidateStructural(**imported);
-  if (!valid.ok()) {
-    telemetry::Add(Counter::kValidationErrors);
-    return valid;
-  }
-  telemetry::Add(Counter::kZeroCopyImports);
-  return imported;
+  return internal::ImportHeldArray(std::make_shared<ImportedArrayHolder>(array), type,
+                                   /*reader=*/nullptr);
 }
 
 Result<ArrayDataPtr> ImportArray(ArrowArray* array, const ArrowSchema* schema) {

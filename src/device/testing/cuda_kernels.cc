@@ -105,17 +105,18 @@ class CudaKernels final : public Kernels {
       CUfunction* function;
       const char* name;
     };
-    for (const Entry& entry : {Entry{&fill_sequence_, "ferry_fill_sequence"},
-                               Entry{&sum_, "ferry_sum"}, Entry{&sum_bytes_, "ferry_sum_bytes"},
-                               Entry{&delay_, "ferry_delay"}}) {
-      FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuModuleGetFunction(entry.function, module_, entry.name),
-                                     std::string("cuModuleGetFunction(") + entry.name + ")",
-                                     &gpu_->health));
+    for (const Entry& entry :
+         {Entry{&fill_sequence_, "ferry_fill_sequence"}, Entry{&sum_, "ferry_sum"},
+          Entry{&sum_bytes_, "ferry_sum_bytes"}, Entry{&delay_, "ferry_delay"}}) {
+      FERRY_RETURN_NOT_OK(
+          CudaStatus(api, api->cuModuleGetFunction(entry.function, module_, entry.name),
+                     std::string("cuModuleGetFunction(") + entry.name + ")", &gpu_->health));
     }
     FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuMemAlloc_v2(&result_, sizeof(unsigned long long)),
                                    "cuMemAlloc_v2(sum result)", &gpu_->health));
     void* host_word = nullptr;
-    FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuMemHostAlloc(&host_word, sizeof(unsigned long long), 0),
+    FERRY_RETURN_NOT_OK(CudaStatus(api,
+                                   api->cuMemHostAlloc(&host_word, sizeof(unsigned long long), 0),
                                    "cuMemHostAlloc(sum result)", &gpu_->health));
     result_host_ = static_cast<unsigned long long*>(host_word);
     return Status::OK();
@@ -131,9 +132,8 @@ class CudaKernels final : public Kernels {
                            type == DeviceType::kCudaManaged;
     if (!cuda_kind || queue->device()->id() != gpu_->ordinal || queue->native() == nullptr) {
       return Status::Invalid(std::string("CUDA test kernels need a CUDA queue of ") +
-                             gpu_->Describe() + ", not one of " +
-                             DeviceTypeName(type) + " device " +
-                             std::to_string(queue->device()->id()));
+                             gpu_->Describe() + ", not one of " + DeviceTypeName(type) +
+                             " device " + std::to_string(queue->device()->id()));
     }
     FERRY_RETURN_NOT_OK(queue->device()->CheckHealth());
     return static_cast<CUstream>(queue->native());
@@ -157,8 +157,9 @@ class CudaKernels final : public Kernels {
     ScopedContext scope(*gpu_);
     FERRY_RETURN_NOT_OK(scope.status());
     const auto* api = gpu_->api;
-    FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuMemsetD8Async(result_, 0, sizeof(unsigned long long), stream),
-                                   "cuMemsetD8Async", &gpu_->health));
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(api, api->cuMemsetD8Async(result_, 0, sizeof(unsigned long long), stream),
+                   "cuMemsetD8Async", &gpu_->health));
     if (n > 0) {
       auto address = reinterpret_cast<CUdeviceptr>(src);
       long long count = n;
@@ -172,8 +173,8 @@ class CudaKernels final : public Kernels {
                                    api->cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(result_host_),
                                                       result_, sizeof(unsigned long long), stream),
                                    "cuMemcpyAsync(sum result)", &gpu_->health));
-    FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuStreamSynchronize(stream), "cuStreamSynchronize",
-                                   &gpu_->health));
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(api, api->cuStreamSynchronize(stream), "cuStreamSynchronize", &gpu_->health));
     return static_cast<int64_t>(*result_host_);
   }
 
@@ -184,7 +185,7 @@ class CudaKernels final : public Kernels {
   CUfunction sum_bytes_ = nullptr;
   CUfunction delay_ = nullptr;
   std::mutex result_mutex_;
-  CUdeviceptr result_ = 0;                  // where the sum kernels add up
+  CUdeviceptr result_ = 0;                     // where the sum kernels add up
   unsigned long long* result_host_ = nullptr;  // pinned; where the sum is read back
 };
 
