@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/c/abi.h"
@@ -155,6 +157,49 @@ Struct* CapsulePointer(const py::handle& capsule, const char* name) {
     throw py::type_error(std::string("expected a PyCapsule named '") + name + "'");
   }
   return static_cast<Struct*>(PyCapsule_GetPointer(capsule.ptr(), name));
+}
+
+// A record batch's schema and struct array as capsules, exported straight
+// from the batch (no struct type or struct ArrayData is built for them).
+py::object BatchSchemaCapsule(const RecordBatch& batch) {
+  auto* schema = AllocateStruct<ArrowSchema>();
+  Status status = ExportSchema(*batch.schema(), schema);
+  if (!status.ok()) {
+    std::free(schema);
+    Raise(status);
+  }
+  return WrapCapsule(schema, kSchemaCapsule, DestroySchemaCapsule);
+}
+
+py::object BatchArrayCapsule(const RecordBatch& batch) {
+  auto* array = AllocateStruct<ArrowArray>();
+  Status status = ExportRecordBatch(batch, array);
+  if (!status.ok()) {
+    std::free(array);
+    Raise(status);
+  }
+  return WrapCapsule(array, kArrayCapsule, DestroyArrayCapsule);
+}
+
+// A Python string interned once and kept for the life of the process, for
+// attribute names looked up on every call.
+PyObject* InternedName(const char* text) {
+  PyObject* name = PyUnicode_InternFromString(text);
+  if (name == nullptr) throw py::error_already_set();
+  return name;
+}
+
+// obj.<name>, or a null object when obj has no such attribute. Unlike
+// hasattr, an absent attribute costs no AttributeError on the way.
+py::object OptionalAttr(const py::handle& obj, PyObject* name) {
+  PyObject* result = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  const int found = PyObject_GetOptionalAttr(obj.ptr(), name, &result);
+#else
+  const int found = _PyObject_LookupAttr(obj.ptr(), name, &result);
+#endif
+  if (found < 0) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
 }
 
 Field FieldFromCapsule(const py::handle& capsule) {
@@ -384,6 +429,38 @@ RecordBatchPtr BatchFromArray(const PyArray& array) {
 
 PyRecordBatch BatchOf(const PyArray& array) {
   return PyRecordBatch{BatchFromArray(array), array.placement};
+}
+
+// ferry.record_batch(obj) for a producer of host data (`__arrow_c_array__`
+// and no `__arrow_c_device_array__`, which import_arrow would ask first)
+// whose schema is a struct: the array is imported straight into a batch,
+// without a struct ArrayData in between. Nothing is returned (and the
+// capsules are left as they are) for anything else, which takes the general
+// path.
+std::optional<PyRecordBatch> ImportHostBatch(const py::object& obj) {
+  static PyObject* const kDeviceArrayMethod = InternedName("__arrow_c_device_array__");
+  static PyObject* const kArrayMethod = InternedName("__arrow_c_array__");
+  if (OptionalAttr(obj, kDeviceArrayMethod)) return std::nullopt;
+  py::object method = OptionalAttr(obj, kArrayMethod);
+  if (!method) return std::nullopt;
+  py::object result = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(method.ptr()));
+  if (!result) throw py::error_already_set();
+  if (!PyTuple_Check(result.ptr()) || PyTuple_GET_SIZE(result.ptr()) != 2) {
+    throw py::type_error("__arrow_c_array__ must return a 2-tuple");
+  }
+  py::handle schema_capsule = PyTuple_GET_ITEM(result.ptr(), 0);
+  py::handle array_capsule = PyTuple_GET_ITEM(result.ptr(), 1);
+  auto* schema = CapsulePointer<ArrowSchema>(schema_capsule, kSchemaCapsule);
+  if (schema->release == nullptr) throw py::value_error("the ArrowSchema was already released");
+  auto* array = CapsulePointer<ArrowArray>(array_capsule, kArrayCapsule);
+  if (array->release == nullptr) throw py::value_error("the ArrowArray was already released");
+  if (schema->format == nullptr || std::string_view(schema->format) != "+s") {
+    // Not a struct: import it as an array, and let BatchOf say why it is no batch.
+    return BatchOf(ArrayFromCapsules(schema_capsule, array_capsule));
+  }
+  // ImportRecordBatch moves the array out of its capsule and borrows the
+  // schema; each capsule's destructor frees what is left.
+  return PyRecordBatch{Unwrap(ImportRecordBatch(array, schema)), {}};
 }
 
 // One batch as a device stream on its own device.
@@ -639,6 +716,11 @@ PYBIND11_MODULE(_ferry, m) {
            [](const PyRecordBatch& b) { return SchemaCapsule(SchemaAsField(*b.batch->schema())); })
       .def("__arrow_c_array__",
            [](const PyRecordBatch& b, py::object requested_schema) {
+             // CPU data as it is: exported straight from the batch.
+             if (requested_schema.is_none() && b.placement.device == nullptr &&
+                 b.placement.event == nullptr) {
+               return py::make_tuple(BatchSchemaCapsule(*b.batch), BatchArrayCapsule(*b.batch));
+             }
              auto [out_field, out_data] = ApplyRequestedSchema(
                  SchemaAsField(*b.batch->schema()), HostData(b.batch->ToStructArray(), b.placement),
                  requested_schema);
@@ -752,6 +834,10 @@ PYBIND11_MODULE(_ferry, m) {
         "ferry.Schema. Device-aware producers are asked for device data first.");
   m.def("record_batch",
         [](const py::object& obj) {
+          if (py::isinstance<PyRecordBatch>(obj)) return obj.cast<PyRecordBatch>();
+          if (!py::isinstance<PyArray>(obj)) {
+            if (std::optional<PyRecordBatch> batch = ImportHostBatch(obj)) return *std::move(batch);
+          }
           py::object imported = ImportArrow(obj);
           if (py::isinstance<PyRecordBatch>(imported)) return imported.cast<PyRecordBatch>();
           if (!py::isinstance<PyArray>(imported)) throw py::type_error("expected an array-like object");

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "exchange/array_internal.h"
 #include "ferry/exchange/builder.h"
 
 namespace ferry {
@@ -882,6 +883,20 @@ Result<std::shared_ptr<RecordBatch>> RecordBatch::Make(SchemaPtr schema, int64_t
   return std::shared_ptr<RecordBatch>(
       new RecordBatch(std::move(schema), num_rows, std::move(columns)));
 }
+
+namespace internal {
+
+RecordBatchPtr RecordBatchAccess::MakeTrusted(SchemaPtr schema, int64_t num_rows,
+                                              std::vector<ArrayDataPtr> columns) {
+  // make_shared needs a public constructor; this local class lends it ours.
+  struct SharedBatch : RecordBatch {
+    SharedBatch(SchemaPtr schema, int64_t num_rows, std::vector<ArrayDataPtr> columns)
+        : RecordBatch(std::move(schema), num_rows, std::move(columns)) {}
+  };
+  return std::make_shared<SharedBatch>(std::move(schema), num_rows, std::move(columns));
+}
+
+}  // namespace internal
 
 Result<std::shared_ptr<RecordBatch>> RecordBatch::FromStructArray(ArrayDataPtr struct_array,
                                                                   Metadata schema_metadata) {

@@ -58,7 +58,8 @@ using ValueReader =
 // success and kValidationErrors on rejection, as ImportArray does.
 //
 // reader == nullptr: the buffers are host memory. Values are read in place
-// and ValidateStructural runs: this is exactly ImportArray.
+// and ValidateStructural's rules are checked (node by node, during the
+// walk): this is exactly ImportArray.
 //
 // reader != nullptr: the buffers are device memory and are never
 // dereferenced. The tree is walked once to collect the reads (the last
@@ -97,7 +98,9 @@ Status ExportArrayWith(const ArrayDataPtr& data, ArrowArray* out,
                        const ArrayExportOptions& options);
 
 // Path helpers shared with validation messages (see validate.h): a name in
-// single quotes with ' and \ escaped, and the path of a child node.
+// single quotes with ' and \ escaped, and the path of a child node. Both
+// build strings; walks that only need a path on failure use
+// internal::NodePath (validate_internal.h) instead.
 std::string Quoted(std::string_view name);
 std::string ChildPath(const std::string& parent, const DataType& parent_type, int64_t index,
                       std::string_view child_name);

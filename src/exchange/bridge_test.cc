@@ -1334,5 +1334,269 @@ TEST_F(BridgeTest, MoveHelpersMarkTheSourceReleased) {
   EXPECT_EQ(telemetry::Get(Counter::kReleaseErrors), 0);
 }
 
+// ---- ValidateStructural's rules, checked during import ---------------------------
+// Import holds each node to ValidateStructural's rules as it builds it
+// instead of walking the finished tree again; the messages are the
+// validator's, with the node's path.
+
+struct StructuralRejection {
+  const char* name;
+  TypePtr type;
+  std::function<ArrowArray()> make;
+  const char* expected_message;
+};
+
+void PrintTo(const StructuralRejection& rejection, std::ostream* out) { *out << rejection.name; }
+
+class StructuralRejectionTest : public ForeignImportTest,
+                                public ::testing::WithParamInterface<StructuralRejection> {};
+
+TEST_P(StructuralRejectionTest, RejectsWithTheValidatorsMessage) {
+  const StructuralRejection& rejection = GetParam();
+  ArrowArray c_array = rejection.make();
+  auto imported = ImportArray(&c_array, rejection.type);
+  ASSERT_FALSE(imported.ok());
+  EXPECT_EQ(imported.status().message(), rejection.expected_message);
+  EXPECT_EQ(c_array.release, nullptr);
+  EXPECT_EQ(telemetry::Get(Counter::kForeignReleases), 1);
+  EXPECT_EQ(telemetry::Get(Counter::kValidationErrors), 1);
+  EXPECT_EQ(telemetry::Get(Counter::kZeroCopyImports), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadStructure, StructuralRejectionTest,
+    ::testing::Values(
+        StructuralRejection{
+            "NegativeFirstOffset", utf8(),
+            [] {
+              return Foreign(1, 0, {std::nullopt, Bytes<int32_t>({-1, 2}), Bytes<char>({'x', 'y'})});
+            },
+            "array: offsets must be non-negative: offsets[0]=-1"},
+        StructuralRejection{
+            "DecreasingOffsets", large_utf8(),
+            [] {
+              return Foreign(1, 0, {std::nullopt, Bytes<int64_t>({3, 1}), Bytes<char>({'x'})});
+            },
+            "array: offsets must be non-decreasing: offsets[0]=3 > offsets[1]=1"},
+        StructuralRejection{
+            "StructChildTooShort", ForeignStructType(),
+            [] {
+              return Foreign(3, 0, {std::nullopt},
+                             {ForeignInt32s({1, 2}), ForeignUtf8({"x", "yy", "zzz"})});
+            },
+            "array: child 0 ('a') is too short: offset + length needs length 3, child has 2"},
+        StructuralRejection{
+            "NestedNodeNamedInPath", struct_({field("inner", ForeignStructType())}),
+            [] {
+              ArrowArray inner = Foreign(3, 0, {std::nullopt},
+                                         {ForeignInt32s({1, 2, 3}), ForeignUtf8({"x", "yy"})});
+              return Foreign(3, 0, {std::nullopt}, {inner});
+            },
+            "array.'inner': child 1 ('b') is too short: offset + length needs length 3, child "
+            "has 2"},
+        StructuralRejection{
+            "UnionWithNulls", sparse_union({field("a", int32())}),
+            [] { return Foreign(1, 1, {Bytes<int8_t>({0})}, {ForeignInt32s({1})}); },
+            "array: sparse_union arrays have no validity bitmap, so null_count must be 0 (or "
+            "unknown), got 1"},
+        StructuralRejection{
+            "RunEndsAndValuesOfDifferentLengths", run_end_encoded(int32(), int32()),
+            [] { return Foreign(2, 0, {}, {ForeignInt32s({2}), ForeignInt32s({7, 8})}); },
+            "array: run_ends and values must have the same length: run_ends has 1, values has 2"},
+        StructuralRejection{
+            "RunEndTypeTooNarrow", run_end_encoded(int16(), int32()),
+            [] {
+              return Foreign(40000, 0, {},
+                             {Foreign(1, 0, {std::nullopt, Bytes<int16_t>({32767})}),
+                              ForeignInt32s({7})});
+            },
+            "array: offset + length = 40000 does not fit the run-end type int16 (max 32767)"},
+        StructuralRejection{
+            "FixedSizeListChildTooShort", fixed_size_list(field("item", int32()), 2),
+            [] { return Foreign(2, 0, {std::nullopt}, {ForeignInt32s({1, 2, 3})}); },
+            "array: child 0 ('item') is too short: (offset + length) * list_size needs length 4, "
+            "child has 3"}),
+    [](const ::testing::TestParamInfo<StructuralRejection>& info) {
+      return std::string(info.param.name);
+    });
+
+TEST_F(ForeignImportTest, WellFormedArraysPassTheFoldedChecks) {
+  // The passing side of the rules above: equal offsets, children exactly as
+  // long as needed, a union without nulls, run ends within int16.
+  ArrowArray strings =
+      Foreign(2, 0, {std::nullopt, Bytes<int32_t>({0, 0, 2}), Bytes<char>({'x', 'y'})});
+  ASSERT_OK(ImportArray(&strings, utf8()).status());
+  ArrowArray sized_struct = Foreign(2, 0, {std::nullopt},
+                                    {ForeignInt32s({1, 2}), ForeignUtf8({"x", "yy"})},
+                                    /*offset=*/0);
+  ASSERT_OK(ImportArray(&sized_struct, ForeignStructType()).status());
+  ArrowArray run_ends = Foreign(
+      32767, 0, {}, {Foreign(1, 0, {std::nullopt, Bytes<int16_t>({32767})}), ForeignInt32s({7})});
+  ASSERT_OK(ImportArray(&run_ends, run_end_encoded(int16(), int32())).status());
+  ArrowArray fixed_lists = Foreign(2, 0, {std::nullopt}, {ForeignInt32s({1, 2, 3, 4})});
+  ASSERT_OK(ImportArray(&fixed_lists, fixed_size_list(field("item", int32()), 2)).status());
+  EXPECT_EQ(telemetry::Get(Counter::kValidationErrors), 0);
+  EXPECT_EQ(telemetry::Get(Counter::kZeroCopyImports), 4);
+}
+
+TEST_F(ForeignImportTest, CallersTypeIsValidatedAfterTheWalk) {
+  // A type the caller built may break ValidateType's rules: reported with
+  // the root's path once the walk has found nothing else.
+  ArrowArray decimals = Foreign(1, 0, {std::nullopt, std::vector<uint8_t>(16, 0)});
+  auto imported = ImportArray(&decimals, decimal(128, 0, 0));
+  ASSERT_FALSE(imported.ok());
+  EXPECT_THAT(imported.status().message(), HasSubstr("array: decimal128 precision must be in"));
+  EXPECT_EQ(g_foreign_node_releases, 1);
+
+  // The walk's own errors come first.
+  ArrowArray broken = WithField(Foreign(1, 0, {std::nullopt, std::vector<uint8_t>(16, 0)}),
+                                [](ArrowArray* a) { a->length = -1; });
+  imported = ImportArray(&broken, decimal(128, 0, 0));
+  EXPECT_THAT(imported.status().message(), HasSubstr("array: length is negative (-1)"));
+
+  // And a record batch's schema from the caller is checked the same way.
+  auto schema = std::make_shared<Schema>();
+  schema->fields = {field("price", decimal(128, 0, 0))};
+  ArrowArray batch_array =
+      Foreign(1, 0, {std::nullopt}, {Foreign(1, 0, {std::nullopt, std::vector<uint8_t>(16, 0)})});
+  auto batch = ImportRecordBatch(&batch_array, SchemaPtr(schema));
+  EXPECT_THAT(batch.status().message(), HasSubstr("array: field 'price': decimal128 precision"));
+  EXPECT_EQ(telemetry::Get(Counter::kValidationErrors), 3);
+  EXPECT_EQ(telemetry::Get(Counter::kForeignReleases), 3);
+}
+
+// `levels` lists nested in one another around int32, all empty.
+ArrowArray EmptyNestedLists(int levels) {
+  ArrowArray array = Foreign(0, 0, {std::nullopt, std::nullopt});
+  for (int level = 0; level < levels; ++level) {
+    array = Foreign(0, 0, {std::nullopt, std::nullopt}, {array});
+  }
+  return array;
+}
+
+TypePtr NestedListType(int levels) {
+  TypePtr type = int32();
+  for (int level = 0; level < levels; ++level) type = list(field("item", type));
+  return type;
+}
+
+TEST_F(ForeignImportTest, TypeNestingDeeperThanTheValidatorAllowsIsRejected) {
+  // 129 type levels: import itself goes to 200, ValidateStructural to 128.
+  ArrowArray too_deep = EmptyNestedLists(128);
+  auto imported = ImportArray(&too_deep, NestedListType(128));
+  EXPECT_EQ(imported.status().message(), "array: type nesting is deeper than 128 levels");
+
+  // The same through a schema import, whose type is trusted to be valid.
+  ArrowSchema c_schema;
+  ASSERT_OK(ExportType(*NestedListType(128), &c_schema));
+  too_deep = EmptyNestedLists(128);
+  imported = ImportArray(&too_deep, &c_schema);
+  EXPECT_EQ(imported.status().message(), "array: type nesting is deeper than 128 levels");
+
+  // 128 levels pass, by either route.
+  ArrowArray deep = EmptyNestedLists(127);
+  ASSERT_OK(ImportArray(&deep, NestedListType(127)).status());
+  c_schema.release(&c_schema);
+  ASSERT_OK(ExportType(*NestedListType(127), &c_schema));
+  deep = EmptyNestedLists(127);
+  ASSERT_OK(ImportArray(&deep, &c_schema).status());
+  c_schema.release(&c_schema);
+  EXPECT_EQ(telemetry::Get(Counter::kValidationErrors), 2);
+  EXPECT_EQ(telemetry::Get(Counter::kZeroCopyImports), 2);
+}
+
+// ---- Schemas of many columns ----------------------------------------------------------
+
+TEST_F(BridgeTest, ColumnsOfOneTypeKeepTheirOwnNamesFlagsAndMetadata) {
+  Schema schema;
+  for (int index = 0; index < 300; ++index) {
+    Metadata metadata;
+    if (index % 7 == 3) metadata = {{"column", std::to_string(index)}};
+    schema.fields.push_back(field("c" + std::to_string(index),
+                                  index % 2 == 0 ? int64() : timestamp(TimeUnit::kMicro, "UTC"),
+                                  /*nullable=*/index % 3 != 0, metadata));
+  }
+  ArrowSchema c_schema;
+  ASSERT_OK(ExportSchema(schema, &c_schema));
+  auto imported = ImportSchema(&c_schema);
+  ASSERT_OK(imported.status());
+  EXPECT_TRUE((*imported)->Equals(schema));
+  EXPECT_EQ((*imported)->fields[10].metadata, schema.fields[10].metadata);
+  EXPECT_TRUE((*imported)->fields[11].metadata.empty());
+  EXPECT_FALSE((*imported)->fields[9].nullable);
+
+  // A child listed twice, far apart, is still caught.
+  ArrowSchema* shared = c_schema.children[10];
+  ArrowSchema* replaced = c_schema.children[250];
+  c_schema.children[250] = shared;
+  EXPECT_THAT(ImportSchema(&c_schema).status().message(),
+              HasSubstr("col 'c10': ArrowSchema node appears twice"));
+  c_schema.children[250] = replaced;
+  c_schema.release(&c_schema);
+  EXPECT_EQ(telemetry::Get(Counter::kReleases), 301);
+  EXPECT_EQ(telemetry::Get(Counter::kReleaseErrors), 0);
+}
+
+// ---- Record batch export: columns released one by one ------------------------------------
+
+TEST_F(BridgeTest, ColumnsMovedOutOfAnExportedBatchOutliveIt) {
+  auto schema = std::make_shared<Schema>();
+  schema->fields = {field("a", int32()), field("b", utf8()), field("c", utf8_view())};
+  auto strings = Utf8s({"x", "yy", "zzz"});
+  auto views = StringViews(utf8_view(), {"short", "a value longer than twelve", std::nullopt});
+  auto batch = RecordBatch::Make(schema, 3, {Int32s({1, 2, 3}), strings, views});
+  ASSERT_OK(batch.status());
+  const uint8_t* string_data = strings->buffers[2]->data();
+
+  ArrowArray c_array;
+  ArrowSchema c_schema;
+  ASSERT_OK(ExportRecordBatch(**batch, &c_array, &c_schema));
+  ArrowArray column_b;
+  ArrowArray column_c;
+  ArrowSchema field_b;
+  MoveArray(c_array.children[1], &column_b);
+  MoveArray(c_array.children[2], &column_c);
+  MoveSchema(c_schema.children[1], &field_b);
+  c_array.release(&c_array);
+  c_schema.release(&c_schema);
+  batch = Status::Cancelled("dropped");
+  strings.reset();
+  views.reset();
+  EXPECT_EQ(telemetry::Get(Counter::kReleases), 2 + 2 + 1);  // roots, 'a' and its field, 'c'
+
+  // What the moved members point at is still theirs.
+  EXPECT_STREQ(field_b.name, "b");
+  EXPECT_STREQ(field_b.format, "u");
+  EXPECT_EQ(column_b.buffers[2], string_data);
+  EXPECT_EQ(std::string(static_cast<const char*>(column_b.buffers[2]), 6), "xyyzzz");
+  ASSERT_EQ(column_c.n_buffers, 5);
+  const auto* sizes = static_cast<const int64_t*>(column_c.buffers[4]);
+  EXPECT_EQ(sizes[0] + sizes[1], 26);
+  column_c.release(&column_c);
+  field_b.release(&field_b);
+  column_b.release(&column_b);
+  EXPECT_EQ(telemetry::Get(Counter::kReleases), 8);
+  EXPECT_EQ(telemetry::Get(Counter::kReleaseErrors), 0);
+}
+
+TEST_F(BridgeTest, FailedBatchExportReleasesWhatItExported) {
+  // The third column is malformed: the two before it were exported already
+  // and are released; nothing is left in the outputs.
+  auto bad = std::make_shared<ArrayData>(*Int32s({1, 2}));
+  bad->buffers.pop_back();
+  auto schema = std::make_shared<Schema>();
+  schema->fields = {field("a", int32()), field("b", utf8()), field("bad", int32())};
+  auto batch = RecordBatch::Make(schema, 2, {Int32s({1, 2}), Utf8s({"x", "y"}), bad});
+  ASSERT_OK(batch.status());
+  ArrowArray c_array{};
+  ArrowSchema c_schema{};
+  Status status = ExportRecordBatch(**batch, &c_array, &c_schema);
+  EXPECT_THAT(status.message(), HasSubstr("ExportArray: array.'bad': 1 buffers"));
+  EXPECT_EQ(c_array.release, nullptr);
+  EXPECT_EQ(c_schema.release, nullptr);
+  // The schema (root and three fields) and the two columns exported.
+  EXPECT_EQ(telemetry::Get(Counter::kReleases), 4 + 2);
+}
+
 }  // namespace
 }  // namespace ferry

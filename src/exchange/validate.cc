@@ -10,8 +10,57 @@
 #include <utility>
 #include <vector>
 
+#include "exchange/validate_internal.h"
+
 namespace ferry {
+namespace internal {
+
+std::string QuoteName(std::string_view name) {
+  std::string quoted = "'";
+  for (char c : name) {
+    if (c == '\'' || c == '\\') quoted.push_back('\\');
+    quoted.push_back(c);
+  }
+  quoted.push_back('\'');
+  return quoted;
+}
+
+void NodePath::AppendTo(std::string* out) const {
+  if (parent_ != nullptr) parent_->AppendTo(out);
+  switch (step_) {
+    case Step::kRoot:
+      out->append(text_);
+      return;
+    case Step::kQuotedRoot:
+      out->append(prefix_).append(" ").append(QuoteName(text_));
+      return;
+    case Step::kItem:
+      out->append(".item");
+      return;
+    case Step::kEntries:
+      out->append(".entries");
+      return;
+    case Step::kRunEnds:
+      out->append(".run_ends");
+      return;
+    case Step::kValues:
+      out->append(".values");
+      return;
+    case Step::kNamed:
+      out->append(".").append(QuoteName(text_));
+      return;
+    case Step::kDictionary:
+      out->append(".dictionary");
+      return;
+  }
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::NodePath;
+using internal::QuoteName;
 
 // Deeper trees are refused before any recursion, so a hostile schema cannot
 // exhaust the stack of the validator (or of ValidateType).
@@ -27,18 +76,9 @@ std::string Concat(const Parts&... parts) {
   return out.str();
 }
 
-std::string DisplayPath(const std::string& path) { return path.empty() ? "array" : path; }
-
-// Field names are quoted; a quote or backslash inside a name is escaped so a
-// path stays unambiguous.
-std::string QuoteName(std::string_view name) {
-  std::string quoted = "'";
-  for (char c : name) {
-    if (c == '\'' || c == '\\') quoted.push_back('\\');
-    quoted.push_back(c);
-  }
-  quoted.push_back('\'');
-  return quoted;
+// The root of ValidateStructural's paths when the caller names none.
+NodePath RootPath(const std::string& path) {
+  return NodePath::Root(path.empty() ? std::string_view("array") : std::string_view(path));
 }
 
 // Unaligned-safe read of element `index` of a buffer of T: imported buffers
@@ -317,7 +357,7 @@ int64_t CountNullsIn(const ArrayData& data, int64_t begin, int64_t count) {
 // Path syntax is documented in validate.h.
 class ArrayValidator {
  public:
-  ArrayValidator(const ArrayData& data, const std::string& path, int depth, bool full)
+  ArrayValidator(const ArrayData& data, const NodePath& path, int depth, bool full)
       : data_(data), path_(path), depth_(depth), full_(full) {}
 
   Status Run() {
@@ -325,21 +365,15 @@ class ArrayValidator {
       return Invalid("nesting is deeper than ", kMaxNestingDepth, " levels");
     }
     if (data_.type == nullptr) return Invalid("array has no type");
-    if (depth_ == 0 && TypeNestingDepth(*data_.type) > kMaxNestingDepth) {
-      return Invalid("type nesting is deeper than ", kMaxNestingDepth, " levels");
+    if (depth_ == 0) {
+      FERRY_RETURN_NOT_OK(internal::ValidateRootType(*data_.type, path_));
+    } else {
+      Status type_status = ValidateType(*data_.type);
+      if (!type_status.ok()) return type_status.WithPrefix(path_.Render() + ": ");
     }
-    Status type_status = ValidateType(*data_.type);
-    if (!type_status.ok()) return type_status.WithPrefix(DisplayPath(path_) + ": ");
     type_ = data_.type.get();
 
-    FERRY_RETURN_NOT_OK(CheckLengthAndOffset());
-    FERRY_RETURN_NOT_OK(CheckNullCount());
-    FERRY_RETURN_NOT_OK(CheckBufferCount());
-    FERRY_RETURN_NOT_OK(CheckBufferIntegrity());
-    FERRY_RETURN_NOT_OK(CheckValidityBuffer());
-    FERRY_RETURN_NOT_OK(CheckOwnBuffers());
-    FERRY_RETURN_NOT_OK(CheckChildrenMatchType());
-    FERRY_RETURN_NOT_OK(CheckDictionaryPresence());
+    FERRY_RETURN_NOT_OK(CheckNodeItself());
     FERRY_RETURN_NOT_OK(ValidateChildrenAndDictionary());
     FERRY_RETURN_NOT_OK(CheckChildLengths());
     if (!full_) return Status::OK();
@@ -347,10 +381,29 @@ class ArrayValidator {
     return CheckNullCountMatchesBitmap();
   }
 
+  // The structural rules of this node alone, for a node whose children and
+  // dictionary the caller checks (internal::ValidateNodeStructure).
+  Status RunNodeOnly() {
+    type_ = data_.type.get();
+    FERRY_RETURN_NOT_OK(CheckNodeItself());
+    return CheckChildLengths();
+  }
+
  private:
   template <typename... Parts>
   Status Invalid(const Parts&... parts) const {
-    return Status::Invalid(Concat(DisplayPath(path_), ": ", parts...));
+    return Status::Invalid(Concat(path_.Render(), ": ", parts...));
+  }
+
+  Status CheckNodeItself() {
+    FERRY_RETURN_NOT_OK(CheckLengthAndOffset());
+    FERRY_RETURN_NOT_OK(CheckNullCount());
+    FERRY_RETURN_NOT_OK(CheckBufferCount());
+    FERRY_RETURN_NOT_OK(CheckBufferIntegrity());
+    FERRY_RETURN_NOT_OK(CheckValidityBuffer());
+    FERRY_RETURN_NOT_OK(CheckOwnBuffers());
+    FERRY_RETURN_NOT_OK(CheckChildrenMatchType());
+    return CheckDictionaryPresence();
   }
 
   // ---- structural: this node alone ----
@@ -576,34 +629,17 @@ class ArrayValidator {
     return Status::OK();
   }
 
-  // The path step to child `index`; see validate.h.
-  std::string ChildPath(size_t index) const {
-    const std::string base = DisplayPath(path_);
-    switch (type_->id) {
-      case TypeId::kList:
-      case TypeId::kLargeList:
-      case TypeId::kListView:
-      case TypeId::kLargeListView:
-      case TypeId::kFixedSizeList:
-        return base + ".item";
-      case TypeId::kMap:
-        return base + ".entries";
-      case TypeId::kRunEndEncoded:
-        return base + (index == 0 ? ".run_ends" : ".values");
-      default:
-        return base + "." + QuoteName(type_->children[index].name);
-    }
-  }
-
   Status ValidateChildrenAndDictionary() const {
     for (size_t index = 0; index < data_.children.size(); ++index) {
+      const NodePath child_path =
+          path_.Child(type_->id, static_cast<int64_t>(index), type_->children[index].name);
       FERRY_RETURN_NOT_OK(
-          ArrayValidator(*data_.children[index], ChildPath(index), depth_ + 1, full_).Run());
+          ArrayValidator(*data_.children[index], child_path, depth_ + 1, full_).Run());
     }
     if (data_.dictionary) {
+      const NodePath dictionary_path = path_.Dictionary();
       FERRY_RETURN_NOT_OK(
-          ArrayValidator(*data_.dictionary, DisplayPath(path_) + ".dictionary", depth_ + 1, full_)
-              .Run());
+          ArrayValidator(*data_.dictionary, dictionary_path, depth_ + 1, full_).Run());
     }
     return Status::OK();
   }
@@ -988,14 +1024,12 @@ class ArrayValidator {
   }
 
   const ArrayData& data_;
-  const std::string& path_;
+  const NodePath& path_;
   const int depth_;
   const bool full_;
   const DataType* type_ = nullptr;
   int64_t end_ = 0;  // offset + length, once checked not to overflow
 };
-
-std::string ColumnPath(const std::string& name) { return "col " + QuoteName(name); }
 
 Status ValidateBatch(const RecordBatch& batch, bool full) {
   if (!batch.schema()) return Status::Invalid("record batch: schema is missing");
@@ -1009,15 +1043,15 @@ Status ValidateBatch(const RecordBatch& batch, bool full) {
                                   " columns but the schema has ", fields.size(), " fields"));
   }
   for (size_t index = 0; index < fields.size(); ++index) {
-    const std::string path = ColumnPath(fields[index].name);
+    const NodePath path = NodePath::QuotedRoot("col", fields[index].name);
     const ArrayDataPtr& column = batch.columns()[index];
-    if (!column) return Status::Invalid(path + ": column is missing");
+    if (!column) return Status::Invalid(path.Render() + ": column is missing");
     if (!TypesEqual(column->type, fields[index].type)) {
-      return Status::Invalid(Concat(path, ": column has type ", TypeText(column->type),
+      return Status::Invalid(Concat(path.Render(), ": column has type ", TypeText(column->type),
                                     ", but the schema declares ", TypeText(fields[index].type)));
     }
     if (column->length != batch.num_rows()) {
-      return Status::Invalid(Concat(path, ": column length ", column->length,
+      return Status::Invalid(Concat(path.Render(), ": column length ", column->length,
                                     " must equal the batch's num_rows ", batch.num_rows()));
     }
     FERRY_RETURN_NOT_OK(ArrayValidator(*column, path, 0, full).Run());
@@ -1027,12 +1061,37 @@ Status ValidateBatch(const RecordBatch& batch, bool full) {
 
 }  // namespace
 
+namespace internal {
+
+Status CheckTypeNesting(int nesting_depth, const NodePath& path) {
+  if (nesting_depth > kMaxNestingDepth) {
+    return Status::Invalid(
+        Concat(path.Render(), ": type nesting is deeper than ", kMaxNestingDepth, " levels"));
+  }
+  return Status::OK();
+}
+
+Status ValidateRootType(const DataType& type, const NodePath& path) {
+  FERRY_RETURN_NOT_OK(CheckTypeNesting(TypeNestingDepth(type), path));
+  Status type_status = ValidateType(type);
+  if (!type_status.ok()) return type_status.WithPrefix(path.Render() + ": ");
+  return Status::OK();
+}
+
+Status ValidateNodeStructure(const ArrayData& node, const NodePath& path) {
+  return ArrayValidator(node, path, 0, /*full=*/false).RunNodeOnly();
+}
+
+}  // namespace internal
+
 Status ValidateStructural(const ArrayData& data, const std::string& path) {
-  return ArrayValidator(data, path, 0, /*full=*/false).Run();
+  const NodePath root = RootPath(path);
+  return ArrayValidator(data, root, 0, /*full=*/false).Run();
 }
 
 Status ValidateFull(const ArrayData& data, const std::string& path) {
-  return ArrayValidator(data, path, 0, /*full=*/true).Run();
+  const NodePath root = RootPath(path);
+  return ArrayValidator(data, root, 0, /*full=*/true).Run();
 }
 
 Status ValidateStructural(const RecordBatch& batch) { return ValidateBatch(batch, false); }

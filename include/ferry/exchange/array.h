@@ -21,6 +21,10 @@ inline constexpr int64_t kUnknownNullCount = -1;
 struct ArrayData;
 using ArrayDataPtr = std::shared_ptr<const ArrayData>;
 
+namespace internal {
+struct RecordBatchAccess;  // trusted construction for importers (src/exchange/array_internal.h)
+}  // namespace internal
+
 struct ArrayData {
   TypePtr type;
   int64_t length = 0;
@@ -82,6 +86,7 @@ class RecordBatch {
   std::string ToString() const;
 
  private:
+  friend struct internal::RecordBatchAccess;
   RecordBatch(SchemaPtr schema, int64_t num_rows, std::vector<ArrayDataPtr> columns)
       : schema_(std::move(schema)), num_rows_(num_rows), columns_(std::move(columns)) {}
   SchemaPtr schema_;

@@ -1,0 +1,124 @@
+"""What every transport benchmark in this folder shares: payload sizes, how
+many messages each size gets, percentiles, and the result record.
+
+Latency is one-way: the sender reads CLOCK_MONOTONIC (system-wide, so both
+processes read the same clock) right before it hands the message to the
+transport, the receiver reads it again as soon as the transport hands the
+message over, and the difference is one sample. Only one message is in flight
+at a time (the receiver acknowledges each one before the next is sent), so
+no sample includes time spent queued behind another message.
+
+Throughput: the sender sends a burst back to back under the transport's own
+flow control; messages per second = burst / (last receive - first send).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+KIB = 1024
+SIZES = [8, 64, 512, 2 * KIB, 4 * KIB, 16 * KIB, 40 * KIB, 400 * KIB, 4_000_000, 40_000_000]
+
+
+def size_label(size: int) -> str:
+    if size >= 1_000_000 and size % 1_000_000 == 0:
+        return f"{size // 1_000_000} MB"
+    if size >= KIB and size % KIB == 0:
+        return f"{size // KIB} KiB"
+    return f"{size} B"
+
+
+def quick() -> bool:
+    return os.environ.get("BENCH_QUICK", "0") == "1"
+
+
+def latency_iterations(size: int) -> int:
+    """One-way samples per size: enough for a p99.9 up to 40 KiB, fewer where
+    one message takes milliseconds (the whole run must stay short)."""
+    if quick():
+        return 200 if size <= 400 * KIB else 20
+    if size <= 40 * KIB:
+        return 3000
+    if size <= 400 * KIB:
+        return 1000
+    if size <= 4_000_000:
+        return 300
+    return 60
+
+
+def throughput_messages(size: int) -> int:
+    """Messages in one throughput burst: about 400 MB or 4000 messages."""
+    count = min(4000, max(20, 400_000_000 // size))
+    return max(10, count // 10) if quick() else count
+
+
+def pin(role: str) -> None:
+    """Pins this process to its core: the sender to the first CPU of
+    FERRY_BENCH_CPUS (default "0,1"), the receiver to the second, so that every
+    system is measured with the same placement. Which cores the scheduler
+    would pick matters a lot on a VM: a futex wake-up of a process on the
+    same core is a context switch, on the other core it wakes that vCPU.
+    FERRY_BENCH_CPUS="" leaves placement to the scheduler."""
+    cpus = cpu_pair()
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0] if role == "sender" else cpus[1]})
+
+
+def cpu_pair() -> tuple[int, int] | None:
+    text = os.environ.get("FERRY_BENCH_CPUS", "0,1" if (os.cpu_count() or 1) >= 2 else "")
+    if not text.strip():
+        return None
+    sender, receiver = (int(cpu) for cpu in text.split(","))
+    return sender, receiver
+
+
+def placement() -> str:
+    cpus = cpu_pair()
+    if cpus is None:
+        return "unpinned"
+    return "same core" if cpus[0] == cpus[1] else "two cores"
+
+
+def now_ns() -> int:
+    # time.monotonic_ns() is clock_gettime(CLOCK_MONOTONIC) on Linux, the clock
+    # the C++ benchmark and floor.c read too.
+    return time.monotonic_ns()
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (q in [0, 1])."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def record(system: str, language: str, mode: str, size: int, latencies_ns: list[int],
+           throughput_count: int = 0, throughput_seconds: float = 0.0, note: str = "") -> dict:
+    values = sorted(latencies_ns)
+    result = {
+        "system": system,
+        "language": language,
+        "mode": mode,
+        "placement": placement(),
+        "size": size,
+        "samples": len(values),
+        "p50_us": percentile(values, 0.50) / 1000.0,
+        "p99_us": percentile(values, 0.99) / 1000.0,
+        "p999_us": percentile(values, 0.999) / 1000.0,
+    }
+    if throughput_count and throughput_seconds > 0:
+        result["msgs_per_s"] = throughput_count / throughput_seconds
+        result["gb_per_s"] = throughput_count * size / throughput_seconds / 1e9
+    if note:
+        result["note"] = note
+    return result
+
+
+def write_results(path: str, results: list[dict]) -> None:
+    with open(path, "w") as handle:
+        json.dump(results, handle, indent=1)
+        handle.write("\n")
