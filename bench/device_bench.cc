@@ -553,7 +553,14 @@ class Run {
   }
 
   Status MeasureDevice(Device* device) {
-    FERRY_ASSIGN_OR_RAISE(std::unique_ptr<testing::Kernels> kernels, testing::KernelsFor(device));
+    Result<std::unique_ptr<testing::Kernels>> made = testing::KernelsFor(device);
+    if (!made.ok()) {
+      // Without a producer kernel there is no batch to exchange: say so, go on.
+      absent_.push_back(DeviceLabel(*device) + " (" + device->name() +
+                        "): no test kernels: " + made.status().message());
+      return Status::OK();
+    }
+    std::unique_ptr<testing::Kernels> kernels = made.MoveValueUnsafe();
     FERRY_ASSIGN_OR_RAISE(QueuePtr producer_queue, device->CreateQueue());
     FERRY_ASSIGN_OR_RAISE(QueuePtr consumer_queue, device->CreateQueue());
     Device* pinned = nullptr;  // CUDA_HOST memory of the same GPU

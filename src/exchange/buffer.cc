@@ -5,12 +5,22 @@
 #include <bit>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
+
+#include <sys/mman.h>
 
 #include "ferry/telemetry/telemetry.h"
 
 namespace ferry {
 namespace {
+
+// Allocations this large are aligned to a transparent huge page and marked
+// with MADV_HUGEPAGE: the first touch of a fresh 1 GiB buffer otherwise costs
+// 262,144 page faults, which made a copy into new memory ~4x slower than a
+// copy into memory touched before (docs/benchmarks.md, device fallback).
+constexpr int64_t kHugePage = int64_t{2} << 20;
 
 // Larger sizes would overflow PaddedSize; no allocator could satisfy them anyway.
 constexpr int64_t kMaxAllocation = std::numeric_limits<int64_t>::max() - kBufferAlignment;
@@ -24,10 +34,16 @@ class HeapPool final : public MemoryPool {
   Result<uint8_t*> Allocate(int64_t size) override {
     if (size < 0) return Status::Invalid("negative allocation size " + std::to_string(size));
     if (size > kMaxAllocation) return TooLarge(size);
-    int64_t padded = PaddedSize(size == 0 ? 1 : size);
-    void* memory = std::aligned_alloc(kBufferAlignment, static_cast<size_t>(padded));
+    const int64_t padded = RoundedSize(size == 0 ? 1 : size);
+    const bool huge = padded >= kHugePage;
+    void* memory = huge ? TakeCached(padded) : nullptr;
     if (memory == nullptr) {
-      return Status::OutOfMemory("failed to allocate " + std::to_string(size) + " bytes");
+      memory = std::aligned_alloc(huge ? kHugePage : kBufferAlignment, static_cast<size_t>(padded));
+      if (memory == nullptr) {
+        return Status::OutOfMemory("failed to allocate " + std::to_string(size) + " bytes");
+      }
+      // Advice only: without transparent huge pages the call fails harmlessly.
+      if (huge) (void)madvise(memory, static_cast<size_t>(padded), MADV_HUGEPAGE);
     }
     bytes_.fetch_add(size, std::memory_order_relaxed);
     return static_cast<uint8_t*>(memory);
@@ -44,15 +60,49 @@ class HeapPool final : public MemoryPool {
 
   void Free(uint8_t* data, int64_t size) override {
     if (data == nullptr) return;
-    std::free(data);
     bytes_.fetch_sub(size, std::memory_order_relaxed);
+    const int64_t padded = RoundedSize(size == 0 ? 1 : size);
+    if (padded < kHugePage || !Cache(data, padded)) std::free(data);
   }
 
   int64_t bytes_allocated() const override { return bytes_.load(std::memory_order_relaxed); }
   std::string_view name() const override { return "heap"; }
 
  private:
+  static int64_t RoundedSize(int64_t size) {
+    int64_t padded = PaddedSize(size);
+    if (padded >= kHugePage) padded = (padded + kHugePage - 1) / kHugePage * kHugePage;
+    return padded;
+  }
+
+  // Large blocks are kept after Free, up to kCacheLimit bytes, and handed out
+  // again for the same size: a stream of same-shaped batches (the copy
+  // fallback, builders) then writes into memory whose pages are already
+  // mapped, instead of paying the kernel's page faults and zeroing each time.
+  static constexpr int64_t kCacheLimit = int64_t{1} << 30;
+
+  bool Cache(uint8_t* data, int64_t padded) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cached_bytes_ + padded > kCacheLimit) return false;
+    cache_.emplace(padded, data);
+    cached_bytes_ += padded;
+    return true;
+  }
+
+  void* TakeCached(int64_t padded) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto found = cache_.find(padded);
+    if (found == cache_.end()) return nullptr;
+    void* memory = found->second;
+    cache_.erase(found);
+    cached_bytes_ -= padded;
+    return memory;
+  }
+
   std::atomic<int64_t> bytes_{0};
+  std::mutex cache_mutex_;
+  std::multimap<int64_t, uint8_t*> cache_;  // GUARDED_BY(cache_mutex_)
+  int64_t cached_bytes_ = 0;                // GUARDED_BY(cache_mutex_)
 };
 
 // Owns one pool allocation; frees it when the last Buffer referring to it goes.
