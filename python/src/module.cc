@@ -23,20 +23,12 @@
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/validate.h"
 #include "ferry/telemetry/telemetry.h"
+#include "objects.h"
 
 namespace py = pybind11;
 
 namespace ferry::python {
-namespace {
 
-constexpr const char* kSchemaCapsule = "arrow_schema";
-constexpr const char* kArrayCapsule = "arrow_array";
-constexpr const char* kStreamCapsule = "arrow_array_stream";
-constexpr const char* kDeviceArrayCapsule = "arrow_device_array";
-constexpr const char* kDeviceStreamCapsule = "arrow_device_array_stream";
-
-// Raises the Status as a Python exception: ValueError for invalid data,
-// TypeError, IndexError, MemoryError, NotImplementedError, else RuntimeError.
 [[noreturn]] void Raise(const Status& status) {
   switch (status.code()) {
     case StatusCode::kInvalid: throw py::value_error(status.message());
@@ -46,19 +38,24 @@ constexpr const char* kDeviceStreamCapsule = "arrow_device_array_stream";
     case StatusCode::kNotImplemented:
       PyErr_SetString(PyExc_NotImplementedError, status.message().c_str());
       throw py::error_already_set();
+    case StatusCode::kTimedOut:
+      PyErr_SetString(PyExc_TimeoutError, status.message().c_str());
+      throw py::error_already_set();
+    case StatusCode::kCancelled:
+      // A stream or channel whose other side is gone (e.g. "publisher gone").
+      PyErr_SetString(PyExc_EOFError, status.message().c_str());
+      throw py::error_already_set();
     default: throw std::runtime_error(status.ToString());
   }
 }
 
-void Check(const Status& status) {
-  if (!status.ok()) Raise(status);
-}
+namespace {
 
-template <typename T>
-T Unwrap(Result<T> result) {
-  if (!result.ok()) Raise(result.status());
-  return result.MoveValueUnsafe();
-}
+constexpr const char* kSchemaCapsule = "arrow_schema";
+constexpr const char* kArrayCapsule = "arrow_array";
+constexpr const char* kStreamCapsule = "arrow_array_stream";
+constexpr const char* kDeviceArrayCapsule = "arrow_device_array";
+constexpr const char* kDeviceStreamCapsule = "arrow_device_array_stream";
 
 // ---- Capsules -----------------------------------------------------------
 
@@ -223,34 +220,6 @@ std::pair<Field, ArrayDataPtr> ApplyRequestedSchema(const Field& field, const Ar
 
 // ---- Python-facing classes ----------------------------------------------
 
-struct PySchema {
-  Field field;
-};
-
-// Where an object's buffers live. CPU data has no event.
-struct Placement {
-  device::Device* device = nullptr;  // nullptr = the CPU
-  device::EventPtr event;
-};
-
-struct PyArray {
-  Field field;
-  ArrayDataPtr data;
-  Placement placement;
-};
-
-struct PyRecordBatch {
-  RecordBatchPtr batch;
-  Placement placement;
-};
-
-// Exactly one of the readers is set until the stream is consumed or exported.
-struct PyArrayStream {
-  std::shared_ptr<RecordBatchReader> reader;
-  std::shared_ptr<device::DeviceBatchReader> device_reader;
-  bool open() const { return reader != nullptr || device_reader != nullptr; }
-};
-
 device::Device* DeviceOf(const Placement& placement) {
   return placement.device != nullptr ? placement.device : device::DeviceRegistry::Global().cpu();
 }
@@ -387,6 +356,8 @@ py::object ExportReader(std::shared_ptr<RecordBatchReader> reader) {
   return WrapCapsule(stream, kStreamCapsule, DestroyStreamCapsule);
 }
 
+}  // namespace
+
 // Imports anything that speaks the PyCapsule protocol.
 py::object ImportArrow(const py::object& obj) {
   if (py::isinstance<PyArray>(obj) || py::isinstance<PyRecordBatch>(obj) ||
@@ -420,6 +391,8 @@ py::object ImportArrow(const py::object& obj) {
                        py::str(obj.get_type().attr("__name__")).cast<std::string>() +
                        "' does not implement the Arrow PyCapsule protocol");
 }
+
+namespace {
 
 RecordBatchPtr BatchFromArray(const PyArray& array) {
   Metadata metadata = array.field.metadata;
@@ -551,6 +524,21 @@ Status ValidateData(const ArrayDataPtr& data, const Placement& placement, bool f
 }
 
 }  // namespace
+
+RecordBatchPtr HostBatchFrom(const py::object& obj) {
+  py::object imported = ImportArrow(obj);
+  if (py::isinstance<PyArrayStream>(imported)) {
+    throw py::type_error("expected a record batch, got a stream: send its batches one by one");
+  }
+  PyRecordBatch batch = py::isinstance<PyRecordBatch>(imported)
+                            ? imported.cast<PyRecordBatch>()
+                            : (py::isinstance<PyArray>(imported)
+                                   ? BatchOf(imported.cast<PyArray>())
+                                   : throw py::type_error("expected a record batch"));
+  if (OnHost(batch.placement)) return batch.batch;
+  auto host = HostData(batch.batch->ToStructArray(), batch.placement);
+  return Unwrap(RecordBatch::FromStructArray(host, batch.batch->schema()->metadata));
+}
 
 PYBIND11_MODULE(_ferry, m) {
   m.doc() = "Ferry: zero-copy Arrow exchange (native module)";
@@ -925,6 +913,8 @@ PYBIND11_MODULE(_ferry, m) {
       if (!imported.ok()) Raise(imported.status());
     }
   });
+
+  BindFlow(m);
 }
 
 }  // namespace ferry::python

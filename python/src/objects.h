@@ -1,0 +1,71 @@
+// The Python-facing objects of the `ferry._ferry` module, shared by its
+// translation units (module.cc: exchange and devices; flow_bindings.cc: the
+// cross-process transport). Internal to the extension.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "ferry/device/device.h"
+#include "ferry/device/device_bridge.h"
+#include "ferry/exchange/array.h"
+#include "ferry/exchange/status.h"
+#include "ferry/exchange/stream.h"
+#include "ferry/exchange/type.h"
+
+namespace ferry::python {
+
+namespace py = pybind11;
+
+// Where an object's buffers live. CPU data has no event.
+struct Placement {
+  device::Device* device = nullptr;  // nullptr = the CPU
+  device::EventPtr event;
+};
+
+struct PySchema {
+  Field field;
+};
+
+struct PyArray {
+  Field field;
+  ArrayDataPtr data;
+  Placement placement;
+};
+
+struct PyRecordBatch {
+  RecordBatchPtr batch;
+  Placement placement;
+};
+
+// Exactly one of the readers is set until the stream is consumed or exported.
+struct PyArrayStream {
+  std::shared_ptr<RecordBatchReader> reader;
+  std::shared_ptr<device::DeviceBatchReader> device_reader;
+  bool open() const { return reader != nullptr || device_reader != nullptr; }
+};
+
+// Raises the Status as a Python exception: ValueError for invalid data,
+// TypeError, IndexError, MemoryError, NotImplementedError, TimeoutError,
+// else RuntimeError.
+[[noreturn]] void Raise(const Status& status);
+inline void Check(const Status& status) {
+  if (!status.ok()) Raise(status);
+}
+template <typename T>
+T Unwrap(Result<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return result.MoveValueUnsafe();
+}
+
+// Imports anything that speaks the Arrow PyCapsule protocol (see import_arrow).
+py::object ImportArrow(const py::object& obj);
+// A record batch from any batch-like object (ferry, pyarrow, polars, ...),
+// with host-resident buffers (device batches are copied, counted).
+RecordBatchPtr HostBatchFrom(const py::object& obj);
+
+// Registers ferry._ferry.flow (the transport).
+void BindFlow(py::module_& m);
+
+}  // namespace ferry::python
