@@ -88,6 +88,10 @@ def run_sender(run_id: str, modes: list[str], sizes: list[int]) -> list[dict]:
                         first = sent if first is None else first
                     last = wait_ack(-1)
                     mismatches = wait_ack(-2)
+                    # The claim measured here is zero copy: nothing may have been copied.
+                    copied = data.stats()["bytes_copied"]
+                    if copied:
+                        raise RuntimeError(f"ferry python bench: send_loans copied {copied} bytes")
                     if mismatches:
                         raise RuntimeError(f"ferry python bench: {mismatches} payloads arrived "
                                            "with the wrong bytes")

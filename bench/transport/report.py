@@ -121,20 +121,19 @@ def floor_table(floors: dict, machine: dict) -> str:
 
 def latency_table(records: dict, columns: list, placement: str, floor_key: str,
                   floors: dict) -> str:
-    """p50 / p99 / p99.9 per column, Ferry C++'s p50 over each other system's,
-    and every system's p50 over the floor measured before it."""
+    """p50 / p99 / p99.9 per column, each Ferry column's p50 over each other
+    system's, and every system's p50 over the floor measured before it."""
     columns = [c for c in columns
                if any(k[:4] == (*c[1:], placement) for k in records)]
     if not columns:
         return ""
-    ferry = next((c for c in columns if c[1:3] == ("ferry", "c++")), None)
+    ferrys = [c for c in columns if c[1] == "ferry"]
     others = [c for c in columns if c[1] != "ferry"]
     floor_of = {c: floors.get((floor_name(c[1], c[2]), placement), {}).get(floor_key)
                 for c in columns}
     with_floor = [c for c in columns if floor_of[c]]
     header = ["payload"] + [f"{c[0]} p50 / p99 / p99.9 µs" for c in columns]
-    if ferry:
-        header += [f"Ferry C++ / {c[0]} (p50)" for c in others]
+    header += [f"{f[0]} / {c[0].split(' ')[0]} (p50)" for f in ferrys for c in others]
     header += [f"{c[0]} / floor (p50)" for c in with_floor]
     rows = []
     for size in common.SIZES:
@@ -148,8 +147,7 @@ def latency_table(records: dict, columns: list, placement: str, floor_key: str,
                            f"{us(record['p999_us'])}")
             else:
                 row.append("–")
-        if ferry:
-            row += [ratio(p50.get(ferry), p50.get(c)) for c in others]
+        row += [ratio(p50.get(f), p50.get(c)) for f in ferrys for c in others]
         row += [ratio(p50.get(c), floor_of[c]) for c in with_floor]
         rows.append(row)
     return table(header, rows)
@@ -158,8 +156,8 @@ def latency_table(records: dict, columns: list, placement: str, floor_key: str,
 def throughput_table(records: dict, floors: dict, placement: str) -> str:
     """Per system: messages per second of a burst, payload GB/s, and from
     400 KiB up that bandwidth over floor.c's memcpy (smaller payloads stay in
-    the caches, where a 256 MiB memcpy says little); then Ferry C++ over each
-    other system in the same wait mode."""
+    the caches, where a 256 MiB memcpy says little); then each Ferry column
+    over each other system in the same wait mode."""
     columns = []
     for title, system, language, mode in BLOCKING + BUSY:
         if any(k[:4] == (system, language, mode, placement) for k in records):
@@ -169,11 +167,11 @@ def throughput_table(records: dict, floors: dict, placement: str) -> str:
         return ""
     memcpy = {c: floors.get((floor_name(c[1], c[2]), placement), {}).get("memcpy_gbps")
               for c in columns}
-    pairs = [(f, o) for f in columns if f[1:3] == ("ferry", "c++")
+    pairs = [(f, o) for f in columns if f[1] == "ferry"
              for o in columns if o[1] != "ferry" and (o[3] == "busy") == (f[3] == "busy")]
     header = (["payload"] + [f"{c[0]} msg/s (GB/s, × memcpy)" for c in columns]
-              + [f"Ferry C++ / {o[0].split(' ')[0]} ({o[0].split(' ')[-1]}, msg/s)"
-                 for _, o in pairs])
+              + [f"{' '.join(f[0].split(' ')[:2])} / {o[0].split(' ')[0]} ({o[0].split(' ')[-1]},"
+                 " msg/s)" for f, o in pairs])
     rows = []
     for size in common.SIZES:
         row = [common.size_label(size)]
@@ -204,16 +202,18 @@ def anchor_table(records: dict) -> str:
         record = records.get((system, language, mode, placement, size))
         return record["p50_us"] if record else None
 
+    placements = [p for p in ("two cores", "same core", "unpinned")
+                  if any(k[3] == p for k in records)] or ["two cores"]
+    where = " / ".join("one core" if p == "same core" else p for p in placements)
     header = (["payload"] + [f"{name} µs" for name, _ in ANCHORS]
-              + ["dora-rs Python p50 here, two cores / same core µs",
-                 "Ferry Python p50, two cores / same core µs",
-                 "Ferry C++ p50, two cores / same core µs"])
+              + [f"{name} p50 here ({where}) µs"
+                 for name in ("dora-rs Python", "Ferry Python", "Ferry C++")])
     rows = []
     for size in (8, 40_000_000):
         row = [common.size_label(size)] + [us(values.get(size)) for _, values in ANCHORS]
         for key in (("dora-rs", "python", "blocking"), ("ferry", "python", "futex"),
                     ("ferry", "c++", "futex")):
-            row.append(f"{us(p50(*key, 'two cores', size))} / {us(p50(*key, 'same core', size))}")
+            row.append(" / ".join(us(p50(*key, placement, size)) for placement in placements))
         rows.append(row)
     return table(header, rows)
 

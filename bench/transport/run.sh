@@ -7,15 +7,16 @@
 #
 # Every system runs twice: with sender and receiver pinned to one core
 # (blocking waits only: two spinning processes on one core hand over at
-# scheduler ticks) and pinned to two cores (blocking and busy-poll). On a VM,
-# a futex wake-up on the same core is a context switch, while across cores it
-# also has to wake the other vCPU, which costs far more; pinning makes each
-# figure say which one it is.
+# scheduler ticks) and pinned to two cores (blocking and busy-poll). On this
+# VM a futex wake-up measured about 1.3 µs within one core and about 25 µs
+# across cores; pinning makes each figure say which one it is.
 #
 # Environment: PYTHON (default .venv/bin/python), BUILD_DIR (Release build
 # tree, default build/bench), JOBS, BENCH_QUICK=1 for a smoke run,
-# FERRY_FLOOR_SRC (default /work/shared/floor/floor.c). Every step has a time
-# limit, and each benchmark kills its own child processes when it ends.
+# FERRY_FLOOR_SRC (default /work/shared/floor/floor.c), FERRY_PYTHONPATH
+# (where `import ferry` finds the extension; default python/) and
+# FERRY_BENCH_CPUS (below). Every step has a time limit, and each benchmark
+# kills its own child processes when it ends.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -32,10 +33,18 @@ quick=()
 missing=()
 results=()
 
-if [ "$(nproc)" -ge 2 ]; then
-  placements=("same core=0,0" "two cores=0,1")
-else
+# FERRY_BENCH_CPUS="S,R" picks the sender's and the receiver's core (default
+# 0,1; the one-core runs use S); FERRY_BENCH_CPUS="" leaves placement to the
+# scheduler (one unpinned run).
+if [ "$(nproc)" -lt 2 ] || { [ -n "${FERRY_BENCH_CPUS+set}" ] && [ -z "$FERRY_BENCH_CPUS" ]; }; then
   placements=("unpinned=")
+  spin_pair=
+else
+  cpu_pair=${FERRY_BENCH_CPUS:-0,1}
+  sender_cpu=${cpu_pair%%,*}
+  receiver_cpu=${cpu_pair#*,}
+  placements=("same core=$sender_cpu,$sender_cpu" "two cores=$sender_cpu,$receiver_cpu")
+  spin_pair=$sender_cpu:$receiver_cpu
 fi
 
 {
@@ -63,7 +72,7 @@ run_floor() {
     local placement=${entry%%=*} cpus=${entry#*=} fork_placement=
     # Its futex ping-pong (first fork) as placed; its spin ping-pong (second
     # fork) always on two cores.
-    [ -n "$cpus" ] && fork_placement="${cpus/,/:},${cpus%%,*}:1"
+    [ -n "$cpus" ] && fork_placement="${cpus/,/:},$spin_pair"
     local file=$out/floor_$1_${placement// /_}.txt
     if FERRY_FORK_PLACEMENT=$fork_placement timeout 60 "$floor_bin" >"$file"; then
       floor_args+=(--floor "$1/$placement=$file")
@@ -108,13 +117,14 @@ else
 fi
 
 # Ferry, Python: needs the transport in the extension module.
-if PYTHONPATH=$root/python "$python" -c 'from ferry._ferry import flow; flow.Publisher' \
+ferry_pythonpath=${FERRY_PYTHONPATH:-$root/python}
+if PYTHONPATH=$ferry_pythonpath "$python" -c 'from ferry._ferry import flow; flow.Publisher' \
   2>/dev/null; then
   run_floor ferry_python
-  run_system ferry_python env PYTHONPATH="$root/python" timeout -k 5 170 "$python" \
+  run_system ferry_python env PYTHONPATH="$ferry_pythonpath" timeout -k 5 170 "$python" \
     bench/transport/ferry_python_bench.py --timeout 160
 else
-  missing+=("Ferry Python=python/ferry's extension module has no transport (ferry._ferry.flow)")
+  missing+=("Ferry Python=the extension under $ferry_pythonpath has no ferry._ferry.flow")
 fi
 
 run_floor iceoryx2

@@ -19,44 +19,18 @@
 #include "ferry/device/fault.h"
 #include "ferry/exchange/builder.h"
 #include "ferry/telemetry/telemetry.h"
+#include "testing/test_util.h"
 
 namespace ferry::device {
 namespace {
 
+using ::ferry::testing::CounterDelta;
+using ::ferry::testing::SequenceSum;
 using telemetry::Counter;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using namespace std::chrono_literals;
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = (expr);          \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
-
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                       \
-  auto FERRY_CONCAT(_result_, __LINE__) = (rexpr);             \
-  ASSERT_TRUE(FERRY_CONCAT(_result_, __LINE__).ok())           \
-      << FERRY_CONCAT(_result_, __LINE__).status().ToString(); \
-  lhs = std::move(FERRY_CONCAT(_result_, __LINE__)).MoveValueUnsafe()
-
-class CounterDelta {
- public:
-  CounterDelta() {
-    for (int i = 0; i < static_cast<int>(Counter::kCount); ++i) {
-      start_.push_back(telemetry::Get(static_cast<Counter>(i)));
-    }
-  }
-  int64_t operator()(Counter counter) const {
-    return telemetry::Get(counter) - start_[static_cast<size_t>(counter)];
-  }
-
- private:
-  std::vector<int64_t> start_;
-};
-
-int64_t SequenceSum(int64_t n, int64_t start) { return n * start + n * (n - 1) / 2; }
 
 // Bytes CopyArrayTo moves for `data`: every present buffer, whole.
 int64_t BufferBytes(const ArrayData& data) {

@@ -15,12 +15,15 @@
 
 #include "device/backend.h"
 #include "exchange/bridge_internal.h"
+#include "exchange/stream_internal.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/telemetry/telemetry.h"
 
 namespace ferry::device {
 namespace {
 
+using ::ferry::internal::FailStream;
+using ::ferry::internal::SameColumnTypes;
 using telemetry::Counter;
 
 constexpr const char* kImportWhere = "ImportDeviceArray: ";
@@ -377,17 +380,6 @@ void ReleaseDeviceExport(ArrowArray* array) {
 // Streams
 // ============================================================================
 
-bool SameColumnTypes(const Schema& left, const Schema& right) {
-  if (left.num_fields() != right.num_fields()) return false;
-  for (size_t i = 0; i < left.fields.size(); ++i) {
-    const TypePtr& left_type = left.fields[i].type;
-    const TypePtr& right_type = right.fields[i].type;
-    if (left_type == nullptr || right_type == nullptr) return false;
-    if (!left_type->Equals(*right_type, /*check_metadata=*/false)) return false;
-  }
-  return true;
-}
-
 class DeviceBatchListReader final : public DeviceBatchReader {
  public:
   DeviceBatchListReader(SchemaPtr schema, DeviceType device_type, std::vector<DeviceBatch> batches)
@@ -412,32 +404,6 @@ struct ExportedDeviceStream {
   std::string last_error;
   int64_t batches_exported = 0;
 };
-
-ExportedDeviceStream* StreamState(ArrowDeviceArrayStream* stream) {
-  if (stream == nullptr || stream->release == nullptr) return nullptr;
-  return static_cast<ExportedDeviceStream*>(stream->private_data);
-}
-
-int Fail(ExportedDeviceStream* state, const Status& status) {
-  state->last_error = status.message();
-  return status.ToErrno();
-}
-
-int DeviceStreamGetSchema(ArrowDeviceArrayStream* stream, ArrowSchema* out) {
-  ExportedDeviceStream* state = StreamState(stream);
-  if (state == nullptr || out == nullptr) return EINVAL;
-  state->last_error.clear();
-  try {
-    SchemaPtr schema = state->reader->schema();
-    if (schema == nullptr) return Fail(state, Status::Invalid("the reader has no schema"));
-    Status exported = ExportSchema(*schema, out);
-    return exported.ok() ? 0 : Fail(state, exported);
-  } catch (const std::exception& error) {
-    return Fail(state, Status::UnknownError(std::string("get_schema threw: ") + error.what()));
-  } catch (...) {
-    return Fail(state, Status::UnknownError("get_schema threw a non-standard exception"));
-  }
-}
 
 Status ExportNextChunk(ExportedDeviceStream* state, ArrowDeviceArray* out) {
   FERRY_ASSIGN_OR_RAISE(DeviceBatch next, state->reader->Next());
@@ -465,7 +431,7 @@ Status ExportNextChunk(ExportedDeviceStream* state, ArrowDeviceArray* out) {
 }
 
 int DeviceStreamGetNext(ArrowDeviceArrayStream* stream, ArrowDeviceArray* out) {
-  ExportedDeviceStream* state = StreamState(stream);
+  auto* state = ::ferry::internal::ExportedStreamState<ExportedDeviceStream>(stream);
   if (state == nullptr || out == nullptr) return EINVAL;
   state->last_error.clear();
   // Released until a chunk is exported: the end of the stream, or an error
@@ -473,60 +439,15 @@ int DeviceStreamGetNext(ArrowDeviceArrayStream* stream, ArrowDeviceArray* out) {
   std::memset(out, 0, sizeof(*out));
   try {
     Status exported = ExportNextChunk(state, out);
-    return exported.ok() ? 0 : Fail(state, exported);
+    return exported.ok() ? 0 : FailStream(state, exported);
   } catch (const std::exception& error) {
-    return Fail(state, Status::UnknownError(std::string("get_next threw: ") + error.what()));
+    return FailStream(state, Status::UnknownError(std::string("get_next threw: ") + error.what()));
   } catch (...) {
-    return Fail(state, Status::UnknownError("get_next threw a non-standard exception"));
+    return FailStream(state, Status::UnknownError("get_next threw a non-standard exception"));
   }
 }
 
-const char* DeviceStreamGetLastError(ArrowDeviceArrayStream* stream) {
-  ExportedDeviceStream* state = StreamState(stream);
-  if (state == nullptr || state->last_error.empty()) return nullptr;
-  return state->last_error.c_str();
-}
-
-void DeviceStreamRelease(ArrowDeviceArrayStream* stream) {
-  if (stream == nullptr || stream->release == nullptr || stream->private_data == nullptr) {
-    telemetry::Add(Counter::kReleaseErrors);
-    return;
-  }
-  delete static_cast<ExportedDeviceStream*>(stream->private_data);
-  stream->private_data = nullptr;
-  stream->release = nullptr;
-  telemetry::Add(Counter::kReleases);
-}
-
-// Owns a moved foreign device stream and calls its release exactly once.
-class ForeignDeviceStream {
- public:
-  explicit ForeignDeviceStream(ArrowDeviceArrayStream* source) : stream_(*source) {
-    source->release = nullptr;
-  }
-  ~ForeignDeviceStream() {
-    if (stream_.release != nullptr) {
-      stream_.release(&stream_);
-      telemetry::Add(Counter::kForeignReleases);
-    }
-  }
-  ForeignDeviceStream(const ForeignDeviceStream&) = delete;
-  ForeignDeviceStream& operator=(const ForeignDeviceStream&) = delete;
-
-  ArrowDeviceArrayStream* get() { return &stream_; }
-
-  Status ErrorFrom(int code, const std::string& operation) {
-    const char* description =
-        stream_.get_last_error != nullptr ? stream_.get_last_error(&stream_) : nullptr;
-    std::string message =
-        "foreign device stream " + operation + " failed (" + std::strerror(code) + ")";
-    if (description != nullptr) message += ": " + std::string(description);
-    return Status::FromErrno(code, std::move(message));
-  }
-
- private:
-  ArrowDeviceArrayStream stream_;
-};
+using ForeignDeviceStream = ::ferry::internal::ForeignStreamOwner<ArrowDeviceArrayStream>;
 
 class ImportedDeviceStreamReader final : public DeviceBatchReader {
  public:
@@ -942,10 +863,13 @@ Status ExportDeviceBatchReader(std::shared_ptr<DeviceBatchReader> reader,
   state->reader = std::move(reader);
   std::memset(out, 0, sizeof(*out));
   out->device_type = static_cast<ArrowDeviceType>(state->device_type);
-  out->get_schema = &DeviceStreamGetSchema;
+  out->get_schema =
+      &::ferry::internal::ExportedStreamGetSchema<ExportedDeviceStream, ArrowDeviceArrayStream>;
   out->get_next = &DeviceStreamGetNext;
-  out->get_last_error = &DeviceStreamGetLastError;
-  out->release = &DeviceStreamRelease;
+  out->get_last_error =
+      &::ferry::internal::ExportedStreamGetLastError<ExportedDeviceStream, ArrowDeviceArrayStream>;
+  out->release =
+      &::ferry::internal::ReleaseExportedStream<ExportedDeviceStream, ArrowDeviceArrayStream>;
   out->private_data = state.release();
   return Status::OK();
 }
@@ -958,7 +882,7 @@ Result<std::shared_ptr<DeviceBatchReader>> ImportDeviceBatchReader(ArrowDeviceAr
     telemetry::Add(Counter::kReleaseErrors);
     return Status::Invalid(where + "stream is already released (release is NULL)");
   }
-  auto foreign = std::make_unique<ForeignDeviceStream>(stream);
+  auto foreign = std::make_unique<ForeignDeviceStream>(stream, "foreign device stream");
   ArrowDeviceArrayStream* c_stream = foreign->get();
   Result<DeviceType> device_type = DeviceTypeFromCode(c_stream->device_type);
   if (!device_type.ok()) return device_type.status().WithPrefix(where + "device_type: ");

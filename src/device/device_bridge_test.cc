@@ -21,37 +21,17 @@
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/builder.h"
 #include "ferry/telemetry/telemetry.h"
+#include "testing/test_util.h"
 
 namespace ferry::device {
 namespace {
 
+using ::ferry::testing::CounterDelta;
 using telemetry::Counter;
 using telemetry::FallbackReason;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = (expr);          \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
-
-// Counter changes since construction (telemetry is process-wide).
-class CounterDelta {
- public:
-  CounterDelta() {
-    for (int i = 0; i < static_cast<int>(Counter::kCount); ++i) {
-      start_.push_back(telemetry::Get(static_cast<Counter>(i)));
-    }
-  }
-  int64_t operator()(Counter counter) const {
-    return telemetry::Get(counter) - start_[static_cast<size_t>(counter)];
-  }
-
- private:
-  std::vector<int64_t> start_;
-};
 
 Device* Cpu() { return DeviceRegistry::Global().cpu(); }
 

@@ -14,6 +14,7 @@
 #include "device/testing/kernels.h"
 #include "ferry/device/device.h"
 #include "ferry/telemetry/telemetry.h"
+#include "testing/test_util.h"
 
 #ifdef FERRY_HAVE_OPENCL
 #include <CL/cl.h>
@@ -23,29 +24,11 @@
 namespace ferry::device {
 namespace {
 
+using ::ferry::testing::CounterDelta;
+using ::ferry::testing::SequenceSum;
 using telemetry::Counter;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-
-// Counter changes since construction; telemetry is process-wide, so tests
-// compare differences rather than absolute values.
-class CounterDelta {
- public:
-  CounterDelta() {
-    for (int i = 0; i < static_cast<int>(Counter::kCount); ++i) {
-      start_.push_back(telemetry::Get(static_cast<Counter>(i)));
-    }
-  }
-  int64_t operator()(Counter counter) const {
-    return telemetry::Get(counter) - start_[static_cast<size_t>(counter)];
-  }
-
- private:
-  std::vector<int64_t> start_;
-};
-
-// n values start, start+1, ...: their sum.
-int64_t SequenceSum(int64_t n, int64_t start) { return n * start + n * (n - 1) / 2; }
 
 #ifdef FERRY_HAVE_OPENCL
 // The context or device behind an OpenCL device's default queue.

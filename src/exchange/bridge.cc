@@ -46,60 +46,12 @@ using telemetry::Counter;
 // structure must give an error, not a stack overflow.
 constexpr int kMaxNestingDepth = 200;
 
-bool IsViewType(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
-
-bool IsIntegerType(TypeId id) {
-  switch (id) {
-    case TypeId::kInt8:
-    case TypeId::kUInt8:
-    case TypeId::kInt16:
-    case TypeId::kUInt16:
-    case TypeId::kInt32:
-    case TypeId::kUInt32:
-    case TypeId::kInt64:
-    case TypeId::kUInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Null, union and run-end encoded arrays have no validity bitmap: buffer 0 is
-// something else (or there is no buffer at all).
-bool HasValidityBitmap(TypeId id) {
-  return id != TypeId::kNull && id != TypeId::kSparseUnion && id != TypeId::kDenseUnion &&
-         id != TypeId::kRunEndEncoded;
-}
-
-// The buffers of a dictionary-encoded array are those of its indices.
-const DataType& StorageType(const DataType& type) {
-  return type.id == TypeId::kDictionary && type.index_type ? *type.index_type : type;
-}
-
 // Buffers in the C layout, not counting the variadic data buffers and the
 // trailing sizes buffer of view types.
 int64_t FixedBufferCount(const DataType& type) { return StorageType(type).num_buffers(); }
 
 int64_t ExpectedChildCount(const DataType& type) {
   return type.id == TypeId::kDictionary ? 0 : static_cast<int64_t>(type.children.size());
-}
-
-// Offsets of binary, utf8, list and map arrays: 4 or 8 bytes, or 0 if the
-// type has no "length + 1" offsets buffer at index 1.
-int OffsetWidthOfVariableLength(TypeId id) {
-  switch (id) {
-    case TypeId::kBinary:
-    case TypeId::kUtf8:
-    case TypeId::kList:
-    case TypeId::kMap:
-      return 4;
-    case TypeId::kLargeBinary:
-    case TypeId::kLargeUtf8:
-    case TypeId::kLargeList:
-      return 8;
-    default:
-      return 0;
-  }
 }
 
 const std::vector<Field>& NoFields() {
@@ -638,28 +590,6 @@ Status ExportBatchArray(const RecordBatch& batch, ArrowArray* out) {
 // Schema import
 // ============================================================================
 
-// Children a format string's type must have; -1 for "any number" (struct).
-int64_t RequiredSchemaChildren(const DataType& type) {
-  switch (type.id) {
-    case TypeId::kList:
-    case TypeId::kLargeList:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-    case TypeId::kFixedSizeList:
-    case TypeId::kMap:
-      return 1;
-    case TypeId::kRunEndEncoded:
-      return 2;
-    case TypeId::kDenseUnion:
-    case TypeId::kSparseUnion:
-      return static_cast<int64_t>(type.type_codes.size());
-    case TypeId::kStruct:
-      return -1;
-    default:
-      return 0;
-  }
-}
-
 // The shared instance of a type without parameters or children, or null for
 // any other type. A parsed node of such a type is no different from it, and
 // sharing it saves building and validating a node per column.
@@ -882,7 +812,7 @@ Status ImportFieldNode(const ArrowSchema* schema, const NodePath& path, int dept
     if (!parsed.ok()) return parsed.status().WithPrefix(path.Render() + ": ");
     DataType node = parsed.MoveValueUnsafe();
 
-    const int64_t required_children = RequiredSchemaChildren(node);
+    const int64_t required_children = RequiredChildCount(node);
     if (required_children >= 0 && schema->n_children != required_children) {
       return Status::Invalid(path.Render() + ": format '" + schema->format + "' needs " +
                              std::to_string(required_children) + " children, got " +

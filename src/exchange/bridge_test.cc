@@ -13,18 +13,13 @@
 #include <vector>
 
 #include "ferry/telemetry/telemetry.h"
+#include "testing/test_util.h"
 
 namespace ferry {
 namespace {
 
 using telemetry::Counter;
 using ::testing::HasSubstr;
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = (expr);          \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
 
 // ---- Hand-built arrays -------------------------------------------------------
 // Arrays are assembled buffer by buffer so that every layout detail (offsets,

@@ -64,22 +64,6 @@ std::shared_ptr<ArrayData> NewArrayData(const TypePtr& type, int64_t length, int
   return data;
 }
 
-bool IsIntegerType(TypeId id) {
-  switch (id) {
-    case TypeId::kInt8:
-    case TypeId::kUInt8:
-    case TypeId::kInt16:
-    case TypeId::kUInt16:
-    case TypeId::kInt32:
-    case TypeId::kUInt32:
-    case TypeId::kInt64:
-    case TypeId::kUInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Largest value of an integer type that an int64 can hold.
 int64_t IntegerMax(TypeId id) {
   switch (id) {

@@ -11,30 +11,12 @@
 #include <vector>
 
 #include "ferry/exchange/array.h"
+#include "testing/test_util.h"
 
 namespace ferry {
 namespace {
 
 using ::testing::HasSubstr;
-
-const Status& ToStatus(const Status& status) { return status; }
-template <typename T>
-const Status& ToStatus(const Result<T>& result) {
-  return result.status();
-}
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = ToStatus(expr);  \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
-
-#define ASSERT_OK_AND_ASSIGN_IMPL(result_name, lhs, rexpr)          \
-  auto result_name = (rexpr);                                       \
-  ASSERT_TRUE(result_name.ok()) << result_name.status().ToString(); \
-  lhs = std::move(result_name).MoveValueUnsafe()
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
-  ASSERT_OK_AND_ASSIGN_IMPL(FERRY_CONCAT(_test_result_, __COUNTER__), lhs, rexpr)
 
 // A pool that refuses allocations once its budget of successful calls is
 // spent, and counts live bytes so tests can prove nothing leaks.

@@ -6,12 +6,31 @@
 #include <string>
 #include <utility>
 
+#include "exchange/stream_internal.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/telemetry/telemetry.h"
 
 namespace ferry {
+
+namespace internal {
+
+bool SameColumnTypes(const Schema& left, const Schema& right) {
+  if (left.num_fields() != right.num_fields()) return false;
+  for (int i = 0; i < left.num_fields(); ++i) {
+    const TypePtr& left_type = left.fields[static_cast<size_t>(i)].type;
+    const TypePtr& right_type = right.fields[static_cast<size_t>(i)].type;
+    if (left_type == nullptr || right_type == nullptr) return false;
+    if (!left_type->Equals(*right_type, /*check_metadata=*/false)) return false;
+  }
+  return true;
+}
+
+}  // namespace internal
+
 namespace {
 
+using internal::FailStream;
+using internal::SameColumnTypes;
 using telemetry::Counter;
 
 // ============================================================================
@@ -52,19 +71,6 @@ class FunctionReader final : public RecordBatchReader {
   std::function<Result<RecordBatchPtr>()> next_;
 };
 
-// Batches travel through the C stream without a schema, so a batch must have
-// the stream's column types (names and metadata do not cross).
-bool SameColumnTypes(const Schema& left, const Schema& right) {
-  if (left.num_fields() != right.num_fields()) return false;
-  for (int i = 0; i < left.num_fields(); ++i) {
-    const TypePtr& left_type = left.fields[static_cast<size_t>(i)].type;
-    const TypePtr& right_type = right.fields[static_cast<size_t>(i)].type;
-    if (left_type == nullptr || right_type == nullptr) return false;
-    if (!left_type->Equals(*right_type, /*check_metadata=*/false)) return false;
-  }
-  return true;
-}
-
 // ============================================================================
 // Export: a RecordBatchReader behind an ArrowArrayStream
 // ============================================================================
@@ -76,37 +82,8 @@ struct ExportedStream {
   int64_t batches_exported = 0;
 };
 
-ExportedStream* StreamState(ArrowArrayStream* stream) {
-  if (stream == nullptr || stream->release == nullptr) return nullptr;
-  return static_cast<ExportedStream*>(stream->private_data);
-}
-
-// Records `status` for get_last_error and returns its errno code.
-int Fail(ExportedStream* state, const Status& status) {
-  state->last_error = status.message();
-  return status.ToErrno();
-}
-
-int StreamGetSchema(ArrowArrayStream* stream, ArrowSchema* out) {
-  ExportedStream* state = StreamState(stream);
-  if (state == nullptr || out == nullptr) return EINVAL;
-  state->last_error.clear();
-  // No exception may cross the C ABI: the reader is user code.
-  try {
-    SchemaPtr schema = state->reader->schema();
-    if (schema == nullptr) return Fail(state, Status::Invalid("the reader has no schema"));
-    Status exported = ExportSchema(*schema, out);
-    if (!exported.ok()) return Fail(state, exported);
-    return 0;
-  } catch (const std::exception& error) {
-    return Fail(state, Status::UnknownError(std::string("get_schema threw: ") + error.what()));
-  } catch (...) {
-    return Fail(state, Status::UnknownError("get_schema threw a non-standard exception"));
-  }
-}
-
 int StreamGetNext(ArrowArrayStream* stream, ArrowArray* out) {
-  ExportedStream* state = StreamState(stream);
+  ExportedStream* state = internal::ExportedStreamState<ExportedStream>(stream);
   if (state == nullptr || out == nullptr) return EINVAL;
   state->last_error.clear();
   // On error `out` is marked released, so a consumer that releases whatever
@@ -114,7 +91,7 @@ int StreamGetNext(ArrowArrayStream* stream, ArrowArray* out) {
   out->release = nullptr;
   try {
     Result<RecordBatchPtr> next = state->reader->Next();
-    if (!next.ok()) return Fail(state, next.status());
+    if (!next.ok()) return FailStream(state, next.status());
     const RecordBatchPtr& batch = *next;
     if (batch == nullptr) {
       std::memset(out, 0, sizeof(*out));  // end of stream: release == NULL
@@ -123,75 +100,30 @@ int StreamGetNext(ArrowArrayStream* stream, ArrowArray* out) {
     const SchemaPtr schema = state->reader->schema();
     if (schema == nullptr || batch->schema() == nullptr ||
         !SameColumnTypes(*batch->schema(), *schema)) {
-      return Fail(state,
-                  Status::Invalid(
-                      "batch " + std::to_string(state->batches_exported) +
-                      " does not match the stream's schema: stream has " +
-                      (schema ? schema->ToString() : std::string("no schema")) + ", batch has " +
-                      (batch->schema() ? batch->schema()->ToString() : std::string("none"))));
+      return FailStream(
+          state, Status::Invalid(
+                     "batch " + std::to_string(state->batches_exported) +
+                     " does not match the stream's schema: stream has " +
+                     (schema ? schema->ToString() : std::string("no schema")) + ", batch has " +
+                     (batch->schema() ? batch->schema()->ToString() : std::string("none"))));
     }
     Status exported = ExportRecordBatch(*batch, out);
-    if (!exported.ok()) return Fail(state, exported);
+    if (!exported.ok()) return FailStream(state, exported);
     ++state->batches_exported;
     telemetry::Add(Counter::kStreamBatchesExported);
     return 0;
   } catch (const std::exception& error) {
-    return Fail(state, Status::UnknownError(std::string("get_next threw: ") + error.what()));
+    return FailStream(state, Status::UnknownError(std::string("get_next threw: ") + error.what()));
   } catch (...) {
-    return Fail(state, Status::UnknownError("get_next threw a non-standard exception"));
+    return FailStream(state, Status::UnknownError("get_next threw a non-standard exception"));
   }
-}
-
-const char* StreamGetLastError(ArrowArrayStream* stream) {
-  ExportedStream* state = StreamState(stream);
-  if (state == nullptr || state->last_error.empty()) return nullptr;
-  return state->last_error.c_str();
-}
-
-// As for arrays: a call on a stream already released (release == NULL) is
-// counted as an error and touches nothing else.
-void StreamRelease(ArrowArrayStream* stream) {
-  if (stream == nullptr || stream->release == nullptr || stream->private_data == nullptr) {
-    telemetry::Add(Counter::kReleaseErrors);
-    return;
-  }
-  delete static_cast<ExportedStream*>(stream->private_data);
-  stream->private_data = nullptr;
-  stream->release = nullptr;
-  telemetry::Add(Counter::kReleases);
 }
 
 // ============================================================================
 // Import: a foreign ArrowArrayStream as a RecordBatchReader
 // ============================================================================
 
-// Owns the moved foreign stream and calls its release exactly once.
-class ForeignStream {
- public:
-  explicit ForeignStream(ArrowArrayStream* source) { MoveArrayStream(source, &stream_); }
-  ~ForeignStream() {
-    if (stream_.release != nullptr) {
-      stream_.release(&stream_);
-      telemetry::Add(Counter::kForeignReleases);
-    }
-  }
-  ForeignStream(const ForeignStream&) = delete;
-  ForeignStream& operator=(const ForeignStream&) = delete;
-
-  ArrowArrayStream* get() { return &stream_; }
-
-  // The status for a non-zero callback code, with the stream's own description.
-  Status ErrorFrom(int code, const std::string& operation) {
-    const char* description =
-        stream_.get_last_error != nullptr ? stream_.get_last_error(&stream_) : nullptr;
-    std::string message = "foreign stream " + operation + " failed (" + std::strerror(code) + ")";
-    if (description != nullptr) message += ": " + std::string(description);
-    return Status::FromErrno(code, std::move(message));
-  }
-
- private:
-  ArrowArrayStream stream_{};
-};
+using ForeignStream = internal::ForeignStreamOwner<ArrowArrayStream>;
 
 class ImportedStreamReader final : public RecordBatchReader {
  public:
@@ -273,10 +205,10 @@ Status ExportRecordBatchReader(std::shared_ptr<RecordBatchReader> reader, ArrowA
   if (reader == nullptr) return Status::Invalid("ExportRecordBatchReader: reader is null");
   auto state = std::make_unique<ExportedStream>();
   state->reader = std::move(reader);
-  out->get_schema = &StreamGetSchema;
+  out->get_schema = &internal::ExportedStreamGetSchema<ExportedStream, ArrowArrayStream>;
   out->get_next = &StreamGetNext;
-  out->get_last_error = &StreamGetLastError;
-  out->release = &StreamRelease;
+  out->get_last_error = &internal::ExportedStreamGetLastError<ExportedStream, ArrowArrayStream>;
+  out->release = &internal::ReleaseExportedStream<ExportedStream, ArrowArrayStream>;
   out->private_data = state.release();
   return Status::OK();
 }
@@ -287,7 +219,7 @@ Result<std::shared_ptr<RecordBatchReader>> ImportRecordBatchReader(ArrowArrayStr
     telemetry::Add(Counter::kReleaseErrors);
     return Status::Invalid("ImportRecordBatchReader: stream is already released (release is NULL)");
   }
-  auto foreign = std::make_unique<ForeignStream>(stream);
+  auto foreign = std::make_unique<ForeignStream>(stream, "foreign stream");
   ArrowArrayStream* c_stream = foreign->get();
   if (c_stream->get_schema == nullptr || c_stream->get_next == nullptr) {
     return Status::Invalid("ImportRecordBatchReader: stream has a NULL get_schema or get_next");

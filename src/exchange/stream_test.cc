@@ -12,18 +12,13 @@
 
 #include "ferry/exchange/bridge.h"
 #include "ferry/telemetry/telemetry.h"
+#include "testing/test_util.h"
 
 namespace ferry {
 namespace {
 
 using telemetry::Counter;
 using ::testing::HasSubstr;
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = (expr);          \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
 
 // ---- Batches ---------------------------------------------------------------------
 

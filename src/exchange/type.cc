@@ -79,22 +79,6 @@ TypePtr Union(TypeId id, std::vector<Field> fields, std::vector<int8_t> type_cod
   });
 }
 
-bool IsInteger(TypeId id) {
-  switch (id) {
-    case TypeId::kInt8:
-    case TypeId::kUInt8:
-    case TypeId::kInt16:
-    case TypeId::kUInt16:
-    case TypeId::kInt32:
-    case TypeId::kUInt32:
-    case TypeId::kInt64:
-    case TypeId::kUInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool MetadataEquals(const Metadata& left, const Metadata& right) { return left == right; }
 
 bool FieldListEquals(const std::vector<Field>& left, const std::vector<Field>& right,
@@ -350,7 +334,7 @@ Status ValidateTypeAt(const DataType& type, const std::string& path) {
       return ValidateChild(type.children[1], path);
     }
     case TypeId::kDictionary:
-      if (type.index_type == nullptr || !IsInteger(type.index_type->id)) {
+      if (type.index_type == nullptr || !IsIntegerType(type.index_type->id)) {
         return Status::Invalid(where + "dictionary index type must be an integer, got " +
                                TypePtrToString(type.index_type));
       }
@@ -364,6 +348,94 @@ Status ValidateTypeAt(const DataType& type, const std::string& path) {
 }
 
 }  // namespace
+
+// ---- Layout classification ---------------------------------------------------
+
+bool IsIntegerType(TypeId id) {
+  switch (id) {
+    case TypeId::kInt8:
+    case TypeId::kUInt8:
+    case TypeId::kInt16:
+    case TypeId::kUInt16:
+    case TypeId::kInt32:
+    case TypeId::kUInt32:
+    case TypeId::kInt64:
+    case TypeId::kUInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsViewType(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
+
+bool HasValidityBitmap(TypeId id) {
+  return id != TypeId::kNull && id != TypeId::kSparseUnion && id != TypeId::kDenseUnion &&
+         id != TypeId::kRunEndEncoded;
+}
+
+int OffsetWidthOfVariableLength(TypeId id) {
+  switch (id) {
+    case TypeId::kBinary:
+    case TypeId::kUtf8:
+    case TypeId::kList:
+    case TypeId::kMap:
+      return 4;
+    case TypeId::kLargeBinary:
+    case TypeId::kLargeUtf8:
+    case TypeId::kLargeList:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const DataType& StorageType(const DataType& type) {
+  return type.id == TypeId::kDictionary && type.index_type ? *type.index_type : type;
+}
+
+int32_t LayoutBufferCount(TypeId id) {
+  switch (id) {
+    case TypeId::kNull:
+    case TypeId::kRunEndEncoded:
+      return 0;
+    case TypeId::kFixedSizeList:
+    case TypeId::kStruct:
+    case TypeId::kSparseUnion:
+      return 1;
+    case TypeId::kBinary:
+    case TypeId::kLargeBinary:
+    case TypeId::kUtf8:
+    case TypeId::kLargeUtf8:
+    case TypeId::kListView:
+    case TypeId::kLargeListView:
+      return 3;
+    default:
+      // Validity plus one data buffer: fixed-width values, views, list offsets, union offsets.
+      return 2;
+  }
+}
+
+int64_t RequiredChildCount(const DataType& type) {
+  switch (type.id) {
+    case TypeId::kList:
+    case TypeId::kLargeList:
+    case TypeId::kListView:
+    case TypeId::kLargeListView:
+    case TypeId::kFixedSizeList:
+    case TypeId::kMap:
+      return 1;
+    case TypeId::kRunEndEncoded:
+      return 2;
+    case TypeId::kDenseUnion:
+    case TypeId::kSparseUnion:
+      return static_cast<int64_t>(type.type_codes.size());
+    case TypeId::kStruct:
+      return -1;
+    default:
+      return 0;
+  }
+}
 
 // ---- Field -----------------------------------------------------------------
 
@@ -559,27 +631,8 @@ int32_t DataType::fixed_width() const {
 }
 
 int32_t DataType::num_buffers() const {
-  switch (id) {
-    case TypeId::kNull:
-    case TypeId::kRunEndEncoded:
-      return 0;
-    case TypeId::kFixedSizeList:
-    case TypeId::kStruct:
-    case TypeId::kSparseUnion:
-      return 1;
-    case TypeId::kBinary:
-    case TypeId::kLargeBinary:
-    case TypeId::kUtf8:
-    case TypeId::kLargeUtf8:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-      return 3;
-    case TypeId::kDictionary:
-      return index_type == nullptr ? 2 : index_type->num_buffers();
-    default:
-      // Validity plus one data buffer: fixed-width values, views, list offsets, union offsets.
-      return 2;
-  }
+  if (id == TypeId::kDictionary && index_type != nullptr) return index_type->num_buffers();
+  return LayoutBufferCount(id);
 }
 
 bool DataType::is_nested() const {

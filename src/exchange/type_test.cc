@@ -516,5 +516,80 @@ TEST(SchemaTest, ToStringListsFieldsAndMetadata) {
   EXPECT_EQ(Schema{}.ToString(), "");
 }
 
+// ---- Layout classification --------------------------------------------------------
+
+TEST(LayoutClassificationTest, IntegerTypesAreTheEightFixedWidthIntegers) {
+  for (const TypePtr& type :
+       {int8(), uint8(), int16(), uint16(), int32(), uint32(), int64(), uint64()}) {
+    EXPECT_TRUE(IsIntegerType(type->id)) << type->ToString();
+  }
+  for (const TypePtr& type : {boolean(), float16(), float64(), date32(), utf8()}) {
+    EXPECT_FALSE(IsIntegerType(type->id)) << type->ToString();
+  }
+}
+
+TEST(LayoutClassificationTest, ViewTypesAreBinaryViewAndUtf8View) {
+  EXPECT_TRUE(IsViewType(TypeId::kBinaryView));
+  EXPECT_TRUE(IsViewType(TypeId::kUtf8View));
+  EXPECT_FALSE(IsViewType(TypeId::kBinary));
+  EXPECT_FALSE(IsViewType(TypeId::kListView));
+}
+
+TEST(LayoutClassificationTest, NullUnionAndRunEndEncodedHaveNoValidityBitmap) {
+  for (TypeId id :
+       {TypeId::kNull, TypeId::kSparseUnion, TypeId::kDenseUnion, TypeId::kRunEndEncoded}) {
+    EXPECT_FALSE(HasValidityBitmap(id)) << TypeIdName(id);
+  }
+  for (TypeId id :
+       {TypeId::kBool, TypeId::kInt32, TypeId::kUtf8, TypeId::kStruct, TypeId::kDictionary}) {
+    EXPECT_TRUE(HasValidityBitmap(id)) << TypeIdName(id);
+  }
+}
+
+TEST(LayoutClassificationTest, OffsetWidthOfVariableLengthTypes) {
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kUtf8), 4);
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kMap), 4);
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kLargeBinary), 8);
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kLargeList), 8);
+  // Views and list views keep offsets elsewhere; fixed-width types have none.
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kUtf8View), 0);
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kListView), 0);
+  EXPECT_EQ(OffsetWidthOfVariableLength(TypeId::kInt64), 0);
+}
+
+TEST(LayoutClassificationTest, StorageTypeOfADictionaryIsItsIndexType) {
+  const TypePtr encoded = dictionary(int16(), utf8());
+  EXPECT_EQ(&StorageType(*encoded), encoded->index_type.get());
+  const TypePtr plain = utf8();
+  EXPECT_EQ(&StorageType(*plain), plain.get());
+  DataType no_index = *encoded;
+  no_index.index_type = nullptr;  // malformed: falls back to the type itself
+  EXPECT_EQ(&StorageType(no_index), &no_index);
+}
+
+TEST(LayoutClassificationTest, LayoutBufferCountMatchesNumBuffersOutsideDictionaries) {
+  EXPECT_EQ(LayoutBufferCount(TypeId::kNull), 0);
+  EXPECT_EQ(LayoutBufferCount(TypeId::kStruct), 1);
+  EXPECT_EQ(LayoutBufferCount(TypeId::kInt32), 2);
+  EXPECT_EQ(LayoutBufferCount(TypeId::kUtf8), 3);
+  EXPECT_EQ(LayoutBufferCount(TypeId::kDictionary), 2);
+  for (const TypePtr& type : {int32(), utf8(), large_binary(), utf8_view(), boolean()}) {
+    EXPECT_EQ(LayoutBufferCount(type->id), type->num_buffers()) << type->ToString();
+  }
+  // num_buffers follows the actual index type; the id alone cannot.
+  const TypePtr odd_index = dictionary(utf8(), utf8());
+  EXPECT_EQ(odd_index->num_buffers(), 3);
+  EXPECT_EQ(LayoutBufferCount(odd_index->id), 2);
+}
+
+TEST(LayoutClassificationTest, RequiredChildCountOfParsedNodes) {
+  EXPECT_EQ(RequiredChildCount(*list(field("item", int32()))), 1);
+  EXPECT_EQ(RequiredChildCount(*map(utf8(), int32())), 1);
+  EXPECT_EQ(RequiredChildCount(*run_end_encoded(int32(), utf8())), 2);
+  EXPECT_EQ(RequiredChildCount(*sparse_union({field("a", int8()), field("b", utf8())})), 2);
+  EXPECT_EQ(RequiredChildCount(*struct_({})), -1);
+  EXPECT_EQ(RequiredChildCount(*int64()), 0);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -223,15 +223,6 @@ Utf8Result CheckUtf8(const uint8_t* bytes, int64_t size) {
 
 // ---- Per-type layout ----------------------------------------------------------
 
-bool IsUnion(TypeId id) { return id == TypeId::kDenseUnion || id == TypeId::kSparseUnion; }
-
-bool IsView(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
-
-// Unions, run-end encoded and null arrays carry no validity bitmap.
-bool HasValidityBitmap(TypeId id) {
-  return id != TypeId::kNull && !IsUnion(id) && id != TypeId::kRunEndEncoded;
-}
-
 // Bytes per value of a fixed-width value buffer; 0 for anything else (bool is
 // bit-packed and handled on its own).
 int64_t FixedValueBytes(const DataType& type) {
@@ -305,27 +296,6 @@ const char* BufferLayoutText(TypeId id) {
       return "validity, indices";
     default:
       return "validity, values";
-  }
-}
-
-int ExpectedBufferCount(TypeId id) {
-  switch (id) {
-    case TypeId::kNull:
-    case TypeId::kRunEndEncoded:
-      return 0;
-    case TypeId::kFixedSizeList:
-    case TypeId::kStruct:
-    case TypeId::kSparseUnion:
-      return 1;
-    case TypeId::kBinary:
-    case TypeId::kLargeBinary:
-    case TypeId::kUtf8:
-    case TypeId::kLargeUtf8:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-      return 3;
-    default:
-      return 2;  // views: at least 2, checked separately
   }
 }
 
@@ -439,14 +409,14 @@ class ArrayValidator {
 
   Status CheckBufferCount() const {
     const size_t count = data_.buffers.size();
-    if (IsView(type_->id)) {
+    if (IsViewType(type_->id)) {
       if (count < 2) {
         return Invalid(TypeIdName(type_->id), " arrays need at least 2 buffers (",
                        BufferLayoutText(type_->id), "), got ", count);
       }
       return Status::OK();
     }
-    const int expected = ExpectedBufferCount(type_->id);
+    const int expected = LayoutBufferCount(type_->id);
     if (count != static_cast<size_t>(expected)) {
       return Invalid(TypeIdName(type_->id), " arrays have exactly ", expected,
                      expected == 1 ? " buffer (" : " buffers (", BufferLayoutText(type_->id),

@@ -124,6 +124,28 @@ class DataType {
 const char* TypeIdName(TypeId id);
 const char* TimeUnitName(TimeUnit unit);  // "s", "ms", "us", "ns"
 
+// Layout classification, shared by the bridge, validation, builders and the wire format.
+
+// True for the eight integer types, signed and unsigned, 8 to 64 bits.
+bool IsIntegerType(TypeId id);
+// True for binary_view and utf8_view, whose arrays carry variadic data buffers.
+bool IsViewType(TypeId id);
+// False for null, union and run-end encoded types: their buffer 0, if any, is no validity bitmap.
+bool HasValidityBitmap(TypeId id);
+// Offset width in bytes of binary, utf8, list and map (4) and their large
+// variants (8); 0 for types without a "length + 1" offsets buffer at index 1.
+int OffsetWidthOfVariableLength(TypeId id);
+// The type whose buffers an array of `type` has: a dictionary's index type
+// (when set), otherwise `type` itself.
+const DataType& StorageType(const DataType& type);
+// Buffers in the C layout of a type with this id, as DataType::num_buffers()
+// counts them; a dictionary counts as its usual integer indices (2).
+int32_t LayoutBufferCount(TypeId id);
+// Children a node of `type` parsed from a format string must declare: 1 for
+// list-likes and maps, 2 for run-end encoded, one per type code for unions,
+// -1 (any number) for struct, 0 otherwise.
+int64_t RequiredChildCount(const DataType& type);
+
 // Factories. Each returns a shared, immutable type node.
 TypePtr null();
 TypePtr boolean();

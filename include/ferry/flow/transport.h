@@ -73,10 +73,6 @@ struct PublisherOptions {
   // How long a blocked Send or Loan waits before TimedOut.
   std::chrono::nanoseconds send_timeout = std::chrono::seconds(10);
   WaitStrategy wait;
-  // Payloads up to this many bytes travel inline in the descriptor ring
-  // (copied once into the ring and once out; counted). 0 disables inlining.
-  // Not implemented yet: Create refuses a non-zero value with NotImplemented.
-  int64_t inline_limit = 0;
 };
 
 struct SubscriberOptions {

@@ -244,11 +244,6 @@ Status PublisherImpl::Init() {
     return Status::Invalid("history must be at most " + std::to_string(kMaxHistory) + ", got " +
                            std::to_string(options_.history));
   }
-  if (options_.inline_limit != 0) {
-    return Status::NotImplemented(
-        "inline payloads (inline_limit > 0) are not implemented; every payload travels in "
-        "shared-memory segments");
-  }
   if (options_.send_timeout < std::chrono::nanoseconds::zero()) {
     return Status::Invalid("send_timeout must not be negative");
   }

@@ -144,24 +144,6 @@ std::string PathText(const PathStep& step) {
 
 // ---- The expected shape of a node ------------------------------------------------------
 
-bool IsViewType(TypeId id) { return id == TypeId::kBinaryView || id == TypeId::kUtf8View; }
-
-bool IsIntegerType(TypeId id) {
-  switch (id) {
-    case TypeId::kInt8:
-    case TypeId::kUInt8:
-    case TypeId::kInt16:
-    case TypeId::kUInt16:
-    case TypeId::kInt32:
-    case TypeId::kUInt32:
-    case TypeId::kInt64:
-    case TypeId::kUInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Children of an array node of this type (a dictionary's values are not a child).
 size_t ExpectedChildCount(const DataType& type) {
   return type.id == TypeId::kDictionary ? 0 : type.children.size();
@@ -816,7 +798,7 @@ Status PutField(ByteSink* sink, const Field& field, const PathStep& path, int de
   if (is_dictionary && type.value_type == nullptr) {
     return SchemaEncodeError(path, "dictionary has no value type");
   }
-  const DataType& node = is_dictionary ? *type.index_type : type;
+  const DataType& node = StorageType(type);
   const std::string format = FormatString(node);
   if (format.empty()) return SchemaEncodeError(path, "type " + type.ToString() + " has no format");
   if (!FitsU32(field.name.size()) || !FitsU32(node.children.size())) {
@@ -848,28 +830,6 @@ Status PutField(ByteSink* sink, const Field& field, const PathStep& path, int de
 // The fewest bytes a field can take: name length, format length, one format
 // byte, flags, metadata count, child count.
 constexpr uint64_t kMinFieldBytes = 4 + 4 + 1 + 1 + 4 + 4;
-
-// Children a node of this (parsed, childless) type must declare; -1 = any.
-int64_t RequiredChildCount(const DataType& node) {
-  switch (node.id) {
-    case TypeId::kList:
-    case TypeId::kLargeList:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-    case TypeId::kFixedSizeList:
-    case TypeId::kMap:
-      return 1;
-    case TypeId::kRunEndEncoded:
-      return 2;
-    case TypeId::kStruct:
-      return -1;
-    case TypeId::kDenseUnion:
-    case TypeId::kSparseUnion:
-      return static_cast<int64_t>(node.type_codes.size());
-    default:
-      return 0;
-  }
-}
 
 class SchemaReader {
  public:

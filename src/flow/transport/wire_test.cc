@@ -16,30 +16,12 @@
 #include "ferry/exchange/builder.h"
 #include "ferry/exchange/sample.h"
 #include "ferry/exchange/validate.h"
+#include "testing/test_util.h"
 
 namespace ferry::flow::wire {
 namespace {
 
 using ::testing::HasSubstr;
-
-Status ToStatus(const Status& status) { return status; }
-template <typename T>
-Status ToStatus(const Result<T>& result) {
-  return result.status();
-}
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    const ::ferry::Status _status = ToStatus(expr);  \
-    ASSERT_TRUE(_status.ok()) << _status.ToString(); \
-  } while (false)
-
-#define ASSERT_OK_AND_ASSIGN_IMPL(result_name, lhs, rexpr)          \
-  auto result_name = (rexpr);                                       \
-  ASSERT_TRUE(result_name.ok()) << result_name.status().ToString(); \
-  lhs = std::move(result_name).MoveValueUnsafe()
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
-  ASSERT_OK_AND_ASSIGN_IMPL(FERRY_CONCAT(_test_result_, __COUNTER__), lhs, rexpr)
 
 // ---- A fake segment table ------------------------------------------------------------------
 
