@@ -1,6 +1,7 @@
 // Internal: how backends plug into the DeviceRegistry. Each backend file
-// defines its Discover function; a backend that is not compiled in gets a
-// stub that reports why (see device.cc).
+// defines its Discover function; a backend that is not compiled in is
+// replaced by a file that reports the type absent with the reason
+// (opencl_absent.cc, cuda_absent.cc).
 #pragma once
 
 #include <memory>
