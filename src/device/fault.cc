@@ -398,9 +398,9 @@ namespace {
 // Occupies a registry slot for the instant it takes to read the registered
 // device's shared pointer: the registry hands out shared ownership only from
 // Register (the device replaced, in place) and Unregister.
-class PlaceholderDevice final : public Device {
+class SwapSlotDevice final : public Device {
  public:
-  PlaceholderDevice(DeviceType type, int64_t id) : type_(type), id_(id) {}
+  SwapSlotDevice(DeviceType type, int64_t id) : type_(type), id_(id) {}
   DeviceType type() const override { return type_; }
   int64_t id() const override { return id_; }
   std::string name() const override { return "placeholder"; }
@@ -425,7 +425,7 @@ class PlaceholderDevice final : public Device {
 ScopedDeviceOverride::ScopedDeviceOverride(DeviceType type, int64_t id) : type_(type), id_(id) {
   auto& registry = DeviceRegistry::Global();
   // Swapping in place keeps the registry's order (Present()) unchanged.
-  original_ = registry.Register(std::make_shared<PlaceholderDevice>(type, id));
+  original_ = registry.Register(std::make_shared<SwapSlotDevice>(type, id));
   if (original_) {
     registry.Register(original_);
   } else {

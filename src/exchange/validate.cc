@@ -1,5 +1,6 @@
 #include "ferry/exchange/validate.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -225,44 +226,7 @@ Utf8Result CheckUtf8(const uint8_t* bytes, int64_t size) {
 
 // Bytes per value of a fixed-width value buffer; 0 for anything else (bool is
 // bit-packed and handled on its own).
-int64_t FixedValueBytes(const DataType& type) {
-  switch (type.id) {
-    case TypeId::kInt8:
-    case TypeId::kUInt8:
-      return 1;
-    case TypeId::kInt16:
-    case TypeId::kUInt16:
-    case TypeId::kHalfFloat:
-      return 2;
-    case TypeId::kInt32:
-    case TypeId::kUInt32:
-    case TypeId::kFloat:
-    case TypeId::kDate32:
-    case TypeId::kTime32:
-    case TypeId::kIntervalMonths:
-    case TypeId::kDecimal32:
-      return 4;
-    case TypeId::kInt64:
-    case TypeId::kUInt64:
-    case TypeId::kDouble:
-    case TypeId::kDate64:
-    case TypeId::kTime64:
-    case TypeId::kTimestamp:
-    case TypeId::kDuration:
-    case TypeId::kIntervalDayTime:
-    case TypeId::kDecimal64:
-      return 8;
-    case TypeId::kIntervalMonthDayNano:
-    case TypeId::kDecimal128:
-      return 16;
-    case TypeId::kDecimal256:
-      return 32;
-    case TypeId::kFixedSizeBinary:
-      return type.byte_width;
-    default:
-      return 0;
-  }
-}
+int64_t FixedValueBytes(const DataType& type) { return std::max(type.fixed_width(), 0); }
 
 // The buffers of each layout, in order; views list only the fixed part.
 const char* BufferLayoutText(TypeId id) {
