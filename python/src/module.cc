@@ -915,6 +915,11 @@ PYBIND11_MODULE(_ferry, m) {
   });
 
   BindFlow(m);
+  {
+    py::module_ flow = m.attr("flow").cast<py::module_>();
+    BindNode(flow);
+    BindOperators(flow);
+  }
 }
 
 }  // namespace ferry::python

@@ -67,5 +67,9 @@ RecordBatchPtr HostBatchFrom(const py::object& obj);
 
 // Registers ferry._ferry.flow (the transport).
 void BindFlow(py::module_& m);
+// ferry._ferry.flow.Node (node_bindings.cc), given the flow submodule.
+void BindNode(py::module_& flow);
+// Operator hosting for `python -m ferry.runtime` (operator_bindings.cc).
+void BindOperators(py::module_& flow);
 
 }  // namespace ferry::python
