@@ -20,9 +20,14 @@ build-asan: setup
 	@cmake --build --preset asan -j $(JOBS)
 
 # The main job: a C++ producer hands a record batch to pyarrow and polars in
-# one process and prints it with the telemetry that shows no byte was copied.
+# one process and prints it with the telemetry that shows no byte was copied;
+# then a Python -> C++ -> Python dataflow runs under `ferry run` and prints its
+# per-edge summary (messages, bytes, bytes copied, drops).
 run: build
 	@PYTHONPATH=$(CURDIR)/python $(PY) examples/exchange_demo.py
+	@echo
+	@cd examples/python-cpp-python && FERRY_PYTHON=$(PY) $(CURDIR)/build/release/bin/ferry run \
+	  --log-dir $(CURDIR)/build/logs dataflow.yml
 
 test: test-cpp test-asan test-python
 

@@ -8,6 +8,6 @@ memory (read-only), so pyarrow, polars and duckdb read them without a copy.
 (pyarrow, polars, ferry) and copies only what is not in shared memory yet.
 """
 
-from ferry._ferry.flow import Loan, Message, Publisher, Subscriber
+from ferry._ferry.flow import CONTINUE, STOP, Loan, Message, Node, Publisher, Subscriber
 
-__all__ = ["Loan", "Message", "Publisher", "Subscriber"]
+__all__ = ["CONTINUE", "STOP", "Loan", "Message", "Node", "Publisher", "Subscriber"]

@@ -89,9 +89,16 @@ struct PyMessage {
   uint64_t sequence = 0;
 };
 
+// A device batch (CUDA memory opened from the publisher's IPC handles) keeps
+// its device and event, so __arrow_c_device_array__ hands it on as it is.
 PyMessage ToPython(flow::Message message) {
-  return PyMessage{PyRecordBatch{std::move(message.batch), {}}, std::move(message.metadata),
-                   message.sequence};
+  PyRecordBatch batch{std::move(message.batch), {}};
+  if (message.device_batch.has_value()) {
+    batch.batch = std::move(message.device_batch->batch);
+    batch.placement.device = message.device_batch->device;
+    batch.placement.event = std::move(message.device_batch->event);
+  }
+  return PyMessage{std::move(batch), std::move(message.metadata), message.sequence};
 }
 
 // Fixed-width types a loan can hold, by name.
@@ -241,16 +248,28 @@ void BindFlow(py::module_& m) {
            },
            py::arg("count") = 1, py::arg("timeout") = 10.0)
       .def("stats", [](PyPublisher& p) { return StatsDict(p.get().stats()); })
+      .def("fileno", [](PyPublisher& p) { return p.get().wait_fd(); },
+           "A descriptor for select/poll/selectors: readable when poll() has work (a "
+           "subscriber connecting or leaving, drop tokens to reclaim). Do not read or close it.")
       .def("close", [](PyPublisher& p) { p.publisher.reset(); })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyPublisher& p, py::args) { p.publisher.reset(); });
 
   py::class_<PySubscriber>(flow, "Subscriber", "Receives the record batches of a channel.")
       .def(py::init([](const std::string& name, double connect_timeout, bool busy_poll,
-                       double spin_us) {
+                       double spin_us, uint32_t queue_capacity, const py::object& overflow) {
              flow::SubscriberOptions options;
              options.connect_timeout = Seconds(connect_timeout);
              options.wait = Strategy(busy_poll, spin_us);
+             options.queue_capacity = queue_capacity;
+             if (!overflow.is_none()) {
+               if (!py::isinstance<py::str>(overflow)) {
+                 throw py::type_error(
+                     "overflow must be 'block', 'drop_oldest', 'drop_newest' or None");
+               }
+               options.overflow =
+                   Unwrap(flow::OverflowPolicyFromName(overflow.cast<std::string>()));
+             }
              std::unique_ptr<flow::Subscriber> subscriber;
              Status status;
              {
@@ -266,7 +285,11 @@ void BindFlow(py::module_& m) {
              return PySubscriber{std::move(subscriber)};
            }),
            py::arg("name"), py::kw_only(), py::arg("connect_timeout") = 10.0,
-           py::arg("busy_poll") = false, py::arg("spin_us") = 0.0)
+           py::arg("busy_poll") = false, py::arg("spin_us") = 0.0, py::arg("queue_capacity") = 0,
+           py::arg("overflow") = py::none(),
+           "Connects to channel `name`. `queue_capacity` (0: the publisher's) and `overflow` "
+           "('block', 'drop_oldest', 'drop_newest'; None: the publisher's) set this "
+           "subscriber's own queue.")
       .def_property_readonly("name", [](PySubscriber& s) { return s.get().name(); })
       .def("receive",
            [](PySubscriber& s, double timeout) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -377,6 +378,18 @@ struct CudaMemoryRelease {
   }
 };
 
+// Closes memory opened with cuIpcOpenMemHandle when its last Buffer goes.
+struct IpcMemoryClose {
+  std::shared_ptr<Gpu> gpu;
+  void operator()(void* address) const {
+    ScopedContext scope(*gpu);
+    if (!scope.status().ok()) return;
+    // Our own queued work may still read it.
+    (void)gpu->api->cuCtxSynchronize();
+    (void)gpu->api->cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(address));
+  }
+};
+
 class CudaDevice final : public Device {
  public:
   static Result<std::shared_ptr<CudaDevice>> Create(std::shared_ptr<Gpu> gpu, DeviceType kind) {
@@ -437,8 +450,145 @@ class CudaDevice final : public Device {
 
   Status CheckHealth() override { return CheckUsable(*gpu_); }
 
+  // Only plain device memory (cuMemAlloc) has IPC handles; pinned and
+  // managed memory do not.
+  bool SupportsIpc() const override { return kind_ == DeviceType::kCuda && gpu_->ipc; }
+
+  Result<IpcMemoryHandle> ExportIpcMemory(const void* address, int64_t size) override {
+    FERRY_RETURN_NOT_OK(CheckIpc());
+    if (address == nullptr || size < 0) {
+      return Status::Invalid("ExportIpcMemory: a null address or a negative size on " + name());
+    }
+    const DriverApi* api = gpu_->api;
+    ScopedContext scope(*gpu_);
+    FERRY_RETURN_NOT_OK(scope.status());
+    // The handle names the allocation, so find its base first.
+    const auto pointer = reinterpret_cast<CUdeviceptr>(address);
+    CUdeviceptr base = 0;
+    size_t allocation_size = 0;
+    FERRY_RETURN_NOT_OK(CudaStatus(api,
+                                   api->cuMemGetAddressRange_v2(&base, &allocation_size, pointer),
+                                   "cuMemGetAddressRange_v2", &gpu_->health)
+                            .WithPrefix(name() + ": memory to export is not a CUDA allocation: "));
+    const uint64_t offset = pointer - base;
+    if (offset > allocation_size || static_cast<uint64_t>(size) > allocation_size - offset) {
+      return Status::Invalid("ExportIpcMemory: " + std::to_string(size) + " bytes at offset " +
+                             std::to_string(offset) + " run past the allocation of " +
+                             std::to_string(allocation_size) + " bytes");
+    }
+    CUipcMemHandle native{};
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(api, api->cuIpcGetMemHandle(&native, base), "cuIpcGetMemHandle", &gpu_->health));
+    IpcMemoryHandle handle;
+    static_assert(sizeof(native) == IpcMemoryHandle::kBytes);
+    std::memcpy(handle.bytes.data(), &native, sizeof(native));
+    handle.allocation_size = static_cast<int64_t>(allocation_size);
+    handle.offset = static_cast<int64_t>(offset);
+    handle.size = size;
+    return handle;
+  }
+
+  Result<BufferPtr> OpenIpcMemory(const IpcMemoryHandle& handle) override {
+    FERRY_RETURN_NOT_OK(CheckIpc());
+    if (handle.allocation_size <= 0 || handle.offset < 0 || handle.size < 0 ||
+        handle.offset > handle.allocation_size ||
+        handle.size > handle.allocation_size - handle.offset) {
+      return Status::Invalid("OpenIpcMemory: malformed handle (range [" +
+                             std::to_string(handle.offset) + ", +" + std::to_string(handle.size) +
+                             ") of an allocation of " + std::to_string(handle.allocation_size) +
+                             " bytes)");
+    }
+    const DriverApi* api = gpu_->api;
+    ScopedContext scope(*gpu_);
+    FERRY_RETURN_NOT_OK(scope.status());
+    CUipcMemHandle native;
+    std::memcpy(&native, handle.bytes.data(), sizeof(native));
+    CUdeviceptr base = 0;
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(api,
+                   api->cuIpcOpenMemHandle_v2(&base, native, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                   "cuIpcOpenMemHandle_v2", &gpu_->health)
+            .WithPrefix(name() + ": "));
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the driver hands out integers
+    std::shared_ptr<void> owner(reinterpret_cast<void*>(base), IpcMemoryClose{gpu_});
+    // The handle's sizes are the sender's word: hold them against the mapping.
+    CUdeviceptr mapped_base = 0;
+    size_t mapped_size = 0;
+    FERRY_RETURN_NOT_OK(CudaStatus(api,
+                                   api->cuMemGetAddressRange_v2(&mapped_base, &mapped_size, base),
+                                   "cuMemGetAddressRange_v2", &gpu_->health));
+    if (mapped_base != base || mapped_size < static_cast<size_t>(handle.allocation_size)) {
+      return Status::Invalid("OpenIpcMemory: the handle claims an allocation of " +
+                             std::to_string(handle.allocation_size) +
+                             " bytes, but the opened one has " + std::to_string(mapped_size));
+    }
+    const auto* data = reinterpret_cast<const uint8_t*>(base) + handle.offset;
+    return std::make_shared<Buffer>(data, handle.size, std::move(owner));
+  }
+
+  Result<std::pair<EventPtr, IpcEventHandle>> ExportIpcEvent(Queue* queue,
+                                                             const EventPtr& after) override {
+    FERRY_RETURN_NOT_OK(CheckIpc());
+    if (queue == nullptr) queue = default_queue_.get();
+    const Device* owner = queue->device();
+    if (owner == nullptr || owner->id() != id() || owner->event_kind() != EventKind::kCuda ||
+        queue->native() == nullptr) {
+      return Status::Invalid("ExportIpcEvent: the queue does not belong to " + name());
+    }
+    if (after != nullptr) {
+      if (after->kind() != EventKind::kCuda) {
+        return Status::Invalid(std::string("ExportIpcEvent: cannot wait on a ") +
+                               EventKindName(after->kind()) + " event on " + name());
+      }
+      FERRY_RETURN_NOT_OK(queue->WaitEvent(after->sync_event()));
+    }
+    const DriverApi* api = gpu_->api;
+    ScopedContext scope(*gpu_);
+    FERRY_RETURN_NOT_OK(scope.status());
+    CUevent native = nullptr;
+    FERRY_RETURN_NOT_OK(CudaStatus(
+        api, api->cuEventCreate(&native, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+        "cuEventCreate(INTERPROCESS)", &gpu_->health));
+    auto event = std::make_shared<CudaEvent>(gpu_, native);
+    FERRY_RETURN_NOT_OK(
+        CudaStatus(api, api->cuEventRecord(native, static_cast<CUstream>(queue->native())),
+                   "cuEventRecord", &gpu_->health));
+    CUipcEventHandle handle_native{};
+    FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuIpcGetEventHandle(&handle_native, native),
+                                   "cuIpcGetEventHandle", &gpu_->health));
+    IpcEventHandle handle;
+    static_assert(sizeof(handle_native) == IpcEventHandle::kBytes);
+    std::memcpy(handle.bytes.data(), &handle_native, sizeof(handle_native));
+    return std::make_pair(EventPtr(std::move(event)), handle);
+  }
+
+  Result<EventPtr> OpenIpcEvent(const IpcEventHandle& handle) override {
+    FERRY_RETURN_NOT_OK(CheckIpc());
+    const DriverApi* api = gpu_->api;
+    ScopedContext scope(*gpu_);
+    FERRY_RETURN_NOT_OK(scope.status());
+    CUipcEventHandle native;
+    std::memcpy(&native, handle.bytes.data(), sizeof(native));
+    CUevent event = nullptr;
+    FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuIpcOpenEventHandle(&event, native),
+                                   "cuIpcOpenEventHandle", &gpu_->health)
+                            .WithPrefix(name() + ": "));
+    return EventPtr(std::make_shared<CudaEvent>(gpu_, event));
+  }
+
  private:
   CudaDevice(std::shared_ptr<Gpu> gpu, DeviceType kind) : gpu_(std::move(gpu)), kind_(kind) {}
+
+  Status CheckIpc() const {
+    if (!SupportsIpc()) {
+      return Status::NotImplemented(
+          name() + (kind_ == DeviceType::kCuda
+                        ? std::string(": the GPU does not support interprocess handles")
+                        : std::string(" has no interprocess handles (only plain CUDA device "
+                                      "memory does)")));
+    }
+    return CheckUsable(*gpu_);
+  }
 
   // `padded` bytes of this device's memory kind; the caller owns them.
   Result<void*> AllocateRaw(size_t padded) {
@@ -529,6 +679,10 @@ Result<std::shared_ptr<Gpu>> OpenGpu(const DriverApi* api, int ordinal) {
       CUDA_SUCCESS) {
     gpu->clock_khz = 0;  // only a hint for test kernels
   }
+  int ipc_events = 0;
+  gpu->ipc = api->cuDeviceGetAttribute(&ipc_events, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED,
+                                       gpu->device) == CUDA_SUCCESS &&
+             ipc_events != 0;
   FERRY_RETURN_NOT_OK(CudaStatus(api, api->cuDevicePrimaryCtxRetain(&gpu->context, gpu->device),
                                  "cuDevicePrimaryCtxRetain"));
   return gpu;

@@ -56,7 +56,13 @@ namespace ferry::device::internal::cuda {
   X(cuModuleLoadData)                  \
   X(cuModuleGetFunction)               \
   X(cuModuleUnload)                    \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                    \
+  X(cuMemGetAddressRange_v2)           \
+  X(cuIpcGetMemHandle)                 \
+  X(cuIpcOpenMemHandle_v2)             \
+  X(cuIpcCloseMemHandle)               \
+  X(cuIpcGetEventHandle)               \
+  X(cuIpcOpenEventHandle)
 
 // Function pointers into one loaded driver. Immutable once loaded.
 struct DriverApi {
@@ -105,6 +111,7 @@ struct Gpu {
   CUcontext context = nullptr;
   std::string name;
   int clock_khz = 0;  // the typical SM clock, 0 when the driver does not say
+  bool ipc = false;   // memory and events can be shared with other processes
   GpuHealth health;
 
   // "CUDA device 0 (NVIDIA H200)".

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <ostream>
 #include <thread>
 #include <vector>
 
+#include "device/testing/child_process.h"
 #include "device/testing/kernels.h"
 #include "ferry/device/device.h"
 #include "ferry/telemetry/telemetry.h"
@@ -680,6 +682,177 @@ TEST_P(CudaTest, BuffersAndEventsMayOutliveTheirQueue) {
   EXPECT_EQ(*sum, SequenceSum(1 << 13, 0));
   values.reset();  // freeing drains the GPU's work first
   EXPECT_TRUE(device_->CheckHealth().ok());
+}
+
+// ---- Interprocess handles ---------------------------------------------------------
+
+TEST(CudaIpcWithoutGpu, DevicesWithoutAnIpcMechanismSayNotImplemented) {
+  for (Device* device : DeviceRegistry::Global().Present()) {
+    if (device->SupportsIpc()) continue;
+    SCOPED_TRACE(device->name());
+    auto buffer = device->Allocate(64);
+    ASSERT_OK(buffer);
+    auto exported = device->ExportIpcMemory((*buffer)->data(), 64);
+    ASSERT_FALSE(exported.ok());
+    EXPECT_EQ(exported.status().code(), StatusCode::kNotImplemented);
+    if (device->type() == DeviceType::kCpu) {
+      EXPECT_EQ(exported.status().message(),
+                "cpu devices cannot export memory across processes (no IPC mechanism)");
+    }
+    EXPECT_EQ(device->OpenIpcMemory(IpcMemoryHandle{}).status().code(),
+              StatusCode::kNotImplemented);
+    EXPECT_EQ(device->ExportIpcEvent(nullptr, nullptr).status().code(),
+              StatusCode::kNotImplemented);
+    EXPECT_EQ(device->OpenIpcEvent(IpcEventHandle{}).status().code(), StatusCode::kNotImplemented);
+  }
+}
+
+// Plain CUDA device memory of GPU 0, when its driver supports IPC.
+Result<Device*> CudaIpcDevice() {
+  FERRY_ASSIGN_OR_RAISE(Device * device, DeviceRegistry::Global().Get(DeviceType::kCuda, 0));
+  if (!device->SupportsIpc()) {
+    return Status::NotImplemented(device->name() + " does not support interprocess handles");
+  }
+  return device;
+}
+
+TEST(CudaIpc, PinnedAndManagedMemoryHaveNoHandles) {
+  for (DeviceType kind : {DeviceType::kCudaHost, DeviceType::kCudaManaged}) {
+    auto device = DeviceRegistry::Global().Get(kind, 0);
+    if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status().message();
+    SCOPED_TRACE(DeviceTypeName(kind));
+    EXPECT_FALSE((*device)->SupportsIpc());
+    auto buffer = (*device)->Allocate(256);
+    ASSERT_OK(buffer);
+    auto exported = (*device)->ExportIpcMemory((*buffer)->data(), 256);
+    ASSERT_FALSE(exported.ok());
+    EXPECT_EQ(exported.status().code(), StatusCode::kNotImplemented);
+    EXPECT_THAT(exported.status().message(), HasSubstr("only plain CUDA device memory does"));
+  }
+}
+
+TEST(CudaIpc, ExportNamesTheWholeAllocationAndRefusesOtherMemory) {
+  auto found = CudaIpcDevice();
+  if (!found.ok()) GTEST_SKIP() << "no CUDA IPC: " << found.status().message();
+  Device* device = *found;
+  ASSERT_OK_AND_ASSIGN(BufferPtr buffer, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(IpcMemoryHandle whole, device->ExportIpcMemory(buffer->data(), 4096));
+  EXPECT_GE(whole.allocation_size, 4096);
+  EXPECT_EQ(whole.offset, 0);
+  EXPECT_EQ(whole.size, 4096);
+  ASSERT_OK_AND_ASSIGN(IpcMemoryHandle part, device->ExportIpcMemory(buffer->data() + 1024, 512));
+  EXPECT_EQ(part.offset, 1024);
+  EXPECT_EQ(part.size, 512);
+  EXPECT_EQ(part.allocation_size, whole.allocation_size);
+
+  std::vector<uint8_t> host(64);
+  EXPECT_FALSE(device->ExportIpcMemory(host.data(), 64).ok());
+  auto past = device->ExportIpcMemory(buffer->data() + 4000, whole.allocation_size);
+  ASSERT_FALSE(past.ok());
+  EXPECT_THAT(past.status().message(), HasSubstr("run past the allocation"));
+  EXPECT_EQ(device->ExportIpcMemory(buffer->data(), -1).status().code(), StatusCode::kInvalid);
+
+  // Malformed handles are refused before the driver sees them.
+  IpcMemoryHandle bad = whole;
+  bad.offset = whole.allocation_size;
+  bad.size = 1;
+  auto malformed = device->OpenIpcMemory(bad);
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_THAT(malformed.status().message(), HasSubstr("malformed handle"));
+  bad = whole;
+  bad.allocation_size = 0;
+  EXPECT_EQ(device->OpenIpcMemory(bad).status().code(), StatusCode::kInvalid);
+  // CUDA does not open a handle in the process that exported it.
+  EXPECT_FALSE(device->OpenIpcMemory(whole).ok());
+  IpcEventHandle garbage;
+  garbage.bytes.fill(0x5a);
+  EXPECT_FALSE(device->OpenIpcEvent(garbage).ok());
+  EXPECT_TRUE(device->CheckHealth().ok());
+}
+
+constexpr int64_t kIpcValues = 1 << 16;
+constexpr int64_t kIpcSkipped = 1000;  // the exported range starts after these values
+
+// The parent fills device memory behind a delay, exports the tail of the
+// allocation and an event recorded after the fill; a child process opens
+// both, waits on the event on its own stream, checks the values with a
+// kernel, overwrites them, and the parent sees what the child wrote.
+TEST(CudaIpc, AnotherProcessReadsAndWritesTheMemoryAfterTheEvent) {
+  auto found = CudaIpcDevice();
+  if (!found.ok()) GTEST_SKIP() << "no CUDA IPC: " << found.status().message();
+  Device* device = *found;
+  ASSERT_OK_AND_ASSIGN(auto kernels, device::testing::KernelsFor(device));
+  ASSERT_OK_AND_ASSIGN(BufferPtr values, device->Allocate(kIpcValues * 8));
+  ASSERT_OK_AND_ASSIGN(QueuePtr queue, device->CreateQueue());
+  ASSERT_OK(kernels->Delay(queue.get(), 30ms));
+  ASSERT_OK(kernels->FillSequence(queue.get(), values->mutable_data(), kIpcValues, 5));
+  ASSERT_OK_AND_ASSIGN(EventPtr filled, queue->RecordEvent());
+
+  const int64_t exported_bytes = (kIpcValues - kIpcSkipped) * 8;
+  ASSERT_OK_AND_ASSIGN(IpcMemoryHandle memory,
+                       device->ExportIpcMemory(values->data() + kIpcSkipped * 8, exported_bytes));
+  auto exported_event = device->ExportIpcEvent(nullptr, filled);
+  ASSERT_OK(exported_event);
+  EXPECT_EQ(exported_event->first->kind(), EventKind::kCuda);
+
+  auto child = device::testing::RunTestInChild(
+      "CudaIpcChild.OpensTheParentsMemoryAndEvent",
+      {{"FERRY_CUDA_IPC_MEMORY", device::testing::ToHex(&memory, sizeof(memory))},
+       {"FERRY_CUDA_IPC_EVENT",
+        device::testing::ToHex(exported_event->second.bytes.data(), IpcEventHandle::kBytes)}});
+  ASSERT_EQ(child.exit_code, 0) << child.output;
+  EXPECT_THAT(child.output, HasSubstr("[  PASSED  ] 1 test"));
+
+  // The child wrote 1000, 1001, ... over the range it was given.
+  ASSERT_OK_AND_ASSIGN(int64_t head, kernels->Sum(queue.get(), values->data(), kIpcSkipped));
+  EXPECT_EQ(head, SequenceSum(kIpcSkipped, 5));
+  ASSERT_OK_AND_ASSIGN(int64_t tail, kernels->Sum(queue.get(), values->data() + kIpcSkipped * 8,
+                                                  kIpcValues - kIpcSkipped));
+  EXPECT_EQ(tail, SequenceSum(kIpcValues - kIpcSkipped, 1000));
+}
+
+// Runs only as the child of the test above.
+TEST(CudaIpcChild, OpensTheParentsMemoryAndEvent) {
+  const char* memory_hex = std::getenv("FERRY_CUDA_IPC_MEMORY");
+  const char* event_hex = std::getenv("FERRY_CUDA_IPC_EVENT");
+  if (memory_hex == nullptr || event_hex == nullptr) {
+    GTEST_SKIP() << "runs only as the child process of CudaIpc.AnotherProcessReads...";
+  }
+  IpcMemoryHandle memory;
+  IpcEventHandle event_handle;
+  ASSERT_TRUE(device::testing::FromHex(memory_hex, &memory, sizeof(memory)));
+  ASSERT_TRUE(
+      device::testing::FromHex(event_hex, event_handle.bytes.data(), IpcEventHandle::kBytes));
+  ASSERT_OK_AND_ASSIGN(Device * device, CudaIpcDevice());
+  ASSERT_OK_AND_ASSIGN(auto kernels, device::testing::KernelsFor(device));
+
+  // A handle that claims more memory than the allocation has is refused.
+  IpcMemoryHandle inflated = memory;
+  inflated.allocation_size = memory.allocation_size + (int64_t{1} << 30);
+  inflated.size = inflated.allocation_size - inflated.offset;
+  auto refused = device->OpenIpcMemory(inflated);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("claims an allocation of"));
+
+  ASSERT_OK_AND_ASSIGN(BufferPtr values, device->OpenIpcMemory(memory));
+  EXPECT_EQ(values->size(), memory.size);
+  ASSERT_OK_AND_ASSIGN(EventPtr filled, device->OpenIpcEvent(event_handle));
+  EXPECT_EQ(filled->kind(), EventKind::kCuda);
+  ASSERT_OK_AND_ASSIGN(QueuePtr queue, device->CreateQueue());
+  CounterDelta delta;
+  ASSERT_OK(queue->WaitEvent(filled->sync_event()));
+  EXPECT_EQ(delta(Counter::kEventWaits), 1);
+  const int64_t count = memory.size / 8;
+  ASSERT_OK_AND_ASSIGN(int64_t sum, kernels->Sum(queue.get(), values->data(), count));
+  EXPECT_EQ(sum, SequenceSum(count, 5 + kIpcSkipped));
+  std::vector<int64_t> first(4);
+  ASSERT_OK(queue->Copy(CopyDirection::kDeviceToHost, values->data(), first.data(), 32));
+  ASSERT_OK(queue->Synchronize());
+  EXPECT_EQ(first, (std::vector<int64_t>{1005, 1006, 1007, 1008}));
+  EXPECT_EQ(delta(Counter::kBytesCopiedD2H), 32);  // only what the test read back
+
+  ASSERT_OK(kernels->FillSequence(queue.get(), values->mutable_data(), count, 1000));
+  ASSERT_OK(queue->Synchronize());
 }
 
 }  // namespace

@@ -252,22 +252,26 @@ Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void
 namespace {
 
 Result<ArrayDataPtr> CopyArrayData(const ArrayData& data, Device* source, Device* target,
-                                   Queue* queue, std::vector<BufferPtr>* keep_alive) {
+                                   Queue* queue, MemoryPool* host_pool,
+                                   std::vector<BufferPtr>* keep_alive) {
   auto out = std::make_shared<ArrayData>(data);
   for (auto& buffer : out->buffers) {
     if (!buffer) continue;
-    FERRY_ASSIGN_OR_RAISE(auto copy, target->Allocate(buffer->size()));
+    FERRY_ASSIGN_OR_RAISE(auto copy, host_pool != nullptr
+                                         ? Buffer::Allocate(buffer->size(), host_pool)
+                                         : target->Allocate(buffer->size()));
     FERRY_RETURN_NOT_OK(
         CopyBetween(source, buffer->data(), target, copy->mutable_data(), buffer->size(), queue));
     keep_alive->push_back(buffer);
     buffer = copy;
   }
   for (auto& child : out->children) {
-    FERRY_ASSIGN_OR_RAISE(child, CopyArrayData(*child, source, target, queue, keep_alive));
+    FERRY_ASSIGN_OR_RAISE(child,
+                          CopyArrayData(*child, source, target, queue, host_pool, keep_alive));
   }
   if (out->dictionary) {
-    FERRY_ASSIGN_OR_RAISE(out->dictionary,
-                          CopyArrayData(*out->dictionary, source, target, queue, keep_alive));
+    FERRY_ASSIGN_OR_RAISE(out->dictionary, CopyArrayData(*out->dictionary, source, target, queue,
+                                                         host_pool, keep_alive));
   }
   return ArrayDataPtr(out);
 }
@@ -275,9 +279,14 @@ Result<ArrayDataPtr> CopyArrayData(const ArrayData& data, Device* source, Device
 }  // namespace
 
 Result<DeviceArray> CopyArrayTo(const DeviceArray& array, Device* target,
-                                std::chrono::nanoseconds timeout, Queue* queue) {
+                                std::chrono::nanoseconds timeout, Queue* queue,
+                                MemoryPool* host_pool) {
   if (array.data == nullptr || array.device == nullptr || target == nullptr) {
     return Status::Invalid("CopyArrayTo needs an array, its device and a target device");
+  }
+  if (host_pool != nullptr && !target->host_accessible()) {
+    return Status::Invalid("CopyArrayTo: a host pool needs a host-accessible target, not " +
+                           std::string(DeviceTypeName(target->type())));
   }
   FERRY_RETURN_NOT_OK(array.device->CheckHealth());
   FERRY_RETURN_NOT_OK(target->CheckHealth());
@@ -296,7 +305,8 @@ Result<DeviceArray> CopyArrayTo(const DeviceArray& array, Device* target,
     }
   }
   std::vector<BufferPtr> sources;
-  FERRY_ASSIGN_OR_RAISE(auto copied, CopyArrayData(*array.data, array.device, target, queue, &sources));
+  FERRY_ASSIGN_OR_RAISE(
+      auto copied, CopyArrayData(*array.data, array.device, target, queue, host_pool, &sources));
   DeviceArray out{copied, target, nullptr};
   if (queue != nullptr) {
     FERRY_ASSIGN_OR_RAISE(out.event, queue->RecordEvent());

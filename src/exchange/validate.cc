@@ -289,10 +289,14 @@ int64_t CountNullsIn(const ArrayData& data, int64_t begin, int64_t count) {
 
 // Validates one array node, then recurses into its children and dictionary.
 // Path syntax is documented in validate.h.
+// How much is checked: kLayout reads no buffer byte (device memory);
+// kStructural reads first and last offsets; kFull reads every value.
+enum class Level : uint8_t { kLayout, kStructural, kFull };
+
 class ArrayValidator {
  public:
-  ArrayValidator(const ArrayData& data, const NodePath& path, int depth, bool full)
-      : data_(data), path_(path), depth_(depth), full_(full) {}
+  ArrayValidator(const ArrayData& data, const NodePath& path, int depth, Level level)
+      : data_(data), path_(path), depth_(depth), level_(level) {}
 
   Status Run() {
     if (depth_ > kMaxNestingDepth) {
@@ -310,7 +314,7 @@ class ArrayValidator {
     FERRY_RETURN_NOT_OK(CheckNodeItself());
     FERRY_RETURN_NOT_OK(ValidateChildrenAndDictionary());
     FERRY_RETURN_NOT_OK(CheckChildLengths());
-    if (!full_) return Status::OK();
+    if (level_ != Level::kFull) return Status::OK();
     FERRY_RETURN_NOT_OK(CheckValues());
     return CheckNullCountMatchesBitmap();
   }
@@ -459,6 +463,7 @@ class ArrayValidator {
           "int64");
     }
     FERRY_RETURN_NOT_OK(CheckElementsFit(index, "offsets", end_ + 1, sizeof(Offset)));
+    if (level_ == Level::kLayout) return Status::OK();
     const uint8_t* offsets = BufferData(data_, index);
     const auto first = LoadAt<Offset>(offsets, data_.offset);
     const auto last = LoadAt<Offset>(offsets, end_);
@@ -568,12 +573,12 @@ class ArrayValidator {
       const NodePath child_path =
           path_.Child(type_->id, static_cast<int64_t>(index), type_->children[index].name);
       FERRY_RETURN_NOT_OK(
-          ArrayValidator(*data_.children[index], child_path, depth_ + 1, full_).Run());
+          ArrayValidator(*data_.children[index], child_path, depth_ + 1, level_).Run());
     }
     if (data_.dictionary) {
       const NodePath dictionary_path = path_.Dictionary();
       FERRY_RETURN_NOT_OK(
-          ArrayValidator(*data_.dictionary, dictionary_path, depth_ + 1, full_).Run());
+          ArrayValidator(*data_.dictionary, dictionary_path, depth_ + 1, level_).Run());
     }
     return Status::OK();
   }
@@ -960,12 +965,12 @@ class ArrayValidator {
   const ArrayData& data_;
   const NodePath& path_;
   const int depth_;
-  const bool full_;
+  const Level level_;
   const DataType* type_ = nullptr;
   int64_t end_ = 0;  // offset + length, once checked not to overflow
 };
 
-Status ValidateBatch(const RecordBatch& batch, bool full) {
+Status ValidateBatch(const RecordBatch& batch, Level level) {
   if (!batch.schema()) return Status::Invalid("record batch: schema is missing");
   if (batch.num_rows() < 0) {
     return Status::Invalid(
@@ -988,7 +993,7 @@ Status ValidateBatch(const RecordBatch& batch, bool full) {
       return Status::Invalid(Concat(path.Render(), ": column length ", column->length,
                                     " must equal the batch's num_rows ", batch.num_rows()));
     }
-    FERRY_RETURN_NOT_OK(ArrayValidator(*column, path, 0, full).Run());
+    FERRY_RETURN_NOT_OK(ArrayValidator(*column, path, 0, level).Run());
   }
   return Status::OK();
 }
@@ -1013,23 +1018,27 @@ Status ValidateRootType(const DataType& type, const NodePath& path) {
 }
 
 Status ValidateNodeStructure(const ArrayData& node, const NodePath& path) {
-  return ArrayValidator(node, path, 0, /*full=*/false).RunNodeOnly();
+  return ArrayValidator(node, path, 0, Level::kStructural).RunNodeOnly();
 }
 
 }  // namespace internal
 
 Status ValidateStructural(const ArrayData& data, const std::string& path) {
   const NodePath root = RootPath(path);
-  return ArrayValidator(data, root, 0, /*full=*/false).Run();
+  return ArrayValidator(data, root, 0, Level::kStructural).Run();
 }
 
 Status ValidateFull(const ArrayData& data, const std::string& path) {
   const NodePath root = RootPath(path);
-  return ArrayValidator(data, root, 0, /*full=*/true).Run();
+  return ArrayValidator(data, root, 0, Level::kFull).Run();
 }
 
-Status ValidateStructural(const RecordBatch& batch) { return ValidateBatch(batch, false); }
+Status ValidateStructural(const RecordBatch& batch) {
+  return ValidateBatch(batch, Level::kStructural);
+}
 
-Status ValidateFull(const RecordBatch& batch) { return ValidateBatch(batch, true); }
+Status ValidateFull(const RecordBatch& batch) { return ValidateBatch(batch, Level::kFull); }
+
+Status ValidateLayout(const RecordBatch& batch) { return ValidateBatch(batch, Level::kLayout); }
 
 }  // namespace ferry

@@ -7,7 +7,23 @@
 // memory or with the wrong call, or allocations left behind. Data operations happen
 // at once; "delay" kernels make a stream busy until a wall-clock time, and
 // events/waits follow that time.
+//
+// Interprocess handles work across processes of one machine: device memory
+// is a memfd mapping whose 64-byte handle carries {magic, pid, fd, size,
+// serial}; cuIpcOpenMemHandle maps /proc/<pid>/fd/<fd>. An interprocess
+// event keeps its state (recorded, ready time on CLOCK_MONOTONIC) in a small
+// shared memfd page opened the same way. Each shared page records which
+// processes have it open, so these count as misuse too: freeing memory or
+// destroying an event that a live process still has open, closing what was
+// never opened, opening a handle in the process that exported it (CUDA
+// refuses that), and handles still open at exit. FAKE_CUDA_IPC=0 makes the
+// GPU report no IPC support.
 #include <cuda.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,18 +45,163 @@ namespace {
 struct FakeContext { int dummy; };
 FakeContext g_context;
 
+// ---- Shared pages of interprocess memory and events ---------------------------
+
+constexpr uint32_t kMemoryHandleMagic = 0x4D504946;  // "FIPM"
+constexpr uint32_t kEventHandleMagic = 0x45504946;   // "FIPE"
+constexpr int kImporterSlots = 16;
+
+// Which processes have a shared page open (memory or event), so that the
+// exporter can tell a premature free from a legitimate one.
+struct Importers {
+  std::atomic<int32_t> pid[kImporterSlots];
+  std::atomic<int32_t> count[kImporterSlots];
+
+  bool Add(int32_t self) {
+    for (int slot = 0; slot < kImporterSlots; ++slot) {
+      if (pid[slot].load() == self) {
+        ++count[slot];
+        return true;
+      }
+    }
+    for (int slot = 0; slot < kImporterSlots; ++slot) {
+      int32_t expected = 0;
+      if (pid[slot].compare_exchange_strong(expected, self)) {
+        ++count[slot];
+        return true;
+      }
+    }
+    return false;
+  }
+  void Remove(int32_t self) {
+    for (int slot = 0; slot < kImporterSlots; ++slot) {
+      if (pid[slot].load() == self && --count[slot] == 0) pid[slot].store(0);
+    }
+  }
+  // A process that died with the page open does not count.
+  bool AnyAlive() const {
+    for (int slot = 0; slot < kImporterSlots; ++slot) {
+      const int32_t owner = pid[slot].load();
+      if (owner == 0 || count[slot].load() <= 0 || kill(owner, 0) != 0) continue;
+      char path[64];
+      snprintf(path, sizeof(path), "/proc/%d/stat", owner);
+      FILE* stat = fopen(path, "r");
+      if (stat == nullptr) continue;
+      char state = 'R';
+      if (fscanf(stat, "%*d %*s %c", &state) != 1) state = 'R';
+      fclose(stat);
+      if (state != 'Z' && state != 'X') return true;
+    }
+    return false;
+  }
+};
+
+// The last page of a device allocation's memfd.
+struct MemoryTrailer {
+  uint32_t magic;
+  uint64_t serial;
+  Importers importers;
+};
+
+// An interprocess event's whole memfd.
+struct SharedEvent {
+  uint32_t magic;
+  uint64_t serial;
+  std::atomic<int64_t> ready_at_ns;  // CLOCK_MONOTONIC, as steady_clock
+  std::atomic<uint32_t> recorded;
+  Importers importers;
+};
+
+// What travels in CUipcMemHandle / CUipcEventHandle.
+struct WireHandle {
+  uint32_t magic;
+  int32_t pid;
+  int32_t fd;
+  uint32_t reserved;
+  uint64_t size;
+  uint64_t serial;
+};
+static_assert(sizeof(WireHandle) <= CU_IPC_HANDLE_SIZE);
+
 struct FakeStream { Clock::time_point busy_until; };
-struct FakeEvent { Clock::time_point ready_at; bool recorded = false; };
+struct FakeEvent {
+  Clock::time_point ready_at;
+  bool recorded = false;
+  SharedEvent* shared = nullptr;  // interprocess events keep their state here
+  int fd = -1;                    // the exporter's memfd
+  bool imported = false;
+};
 struct FakeModule { int dummy; };
 enum Kernel { kFill = 1, kSum, kSumBytes, kDelay };
 struct FakeFunction { Kernel kernel; };
 
+struct Allocation {
+  char kind;  // 'd' device, 'h' host, 'm' managed
+  size_t size;
+  int fd = -1;         // device memory: its memfd
+  size_t mapped = 0;   // device memory: bytes mapped, trailer page included
+  MemoryTrailer* trailer = nullptr;
+};
+
+// Memory this process opened with cuIpcOpenMemHandle.
+struct OpenedMemory {
+  size_t size;
+  size_t mapped;
+  int32_t exporter;
+  uint64_t serial;
+  int references;
+  MemoryTrailer* trailer;
+};
+
 std::mutex g_mutex;
-std::map<void*, std::pair<char, size_t>> g_allocations;  // 'd' device, 'h' host, 'm' managed
+std::map<void*, Allocation> g_allocations;  // ordered: address-range lookups
+std::map<void*, OpenedMemory> g_opened;
+long g_opened_events = 0;
+std::atomic<uint64_t> g_serial{1};
 std::vector<FakeStream*> g_streams;
 thread_local std::vector<CUcontext> t_stack;
 std::atomic<long> g_pushes{0}, g_pops{0}, g_bad{0};
 bool g_initialized = false;
+
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+size_t RoundToPage(size_t size) { return (size + PageSize() - 1) / PageSize() * PageSize(); }
+
+int64_t ToNanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+Clock::time_point FromNanos(int64_t nanos) {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(nanos)));
+}
+
+bool EventRecorded(const FakeEvent* e) { return e->shared ? e->shared->recorded.load() != 0 : e->recorded; }
+Clock::time_point EventReadyAt(const FakeEvent* e) {
+  return e->shared ? FromNanos(e->shared->ready_at_ns.load()) : e->ready_at;
+}
+void RecordEventAt(FakeEvent* e, Clock::time_point t) {
+  if (e->shared) {
+    e->shared->ready_at_ns.store(ToNanos(t));
+    e->shared->recorded.store(1);
+  } else {
+    e->ready_at = t;
+    e->recorded = true;
+  }
+}
+
+// Maps another process's memfd named by a handle; -1 on failure.
+void* MapPeerFile(int32_t pid, int32_t fd, size_t expected_size) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+  const int opened = open(path, O_RDWR | O_CLOEXEC);
+  if (opened < 0) return nullptr;
+  struct stat info {};
+  void* mapping = nullptr;
+  if (fstat(opened, &info) == 0 && static_cast<size_t>(info.st_size) == expected_size) {
+    mapping = mmap(nullptr, expected_size, PROT_READ | PROT_WRITE, MAP_SHARED, opened, 0);
+    if (mapping == MAP_FAILED) mapping = nullptr;
+  }
+  close(opened);
+  return mapping;
+}
 
 int Env(const char* name, int fallback) {
   const char* value = getenv(name);
@@ -59,25 +221,47 @@ struct Report {
   ~Report() {
     fprintf(stderr,
             "FAKE CUDA report: pushes=%ld pops=%ld bad=%ld outstanding allocations=%zu "
-            "streams=%zu\n",
-            g_pushes.load(), g_pops.load(), g_bad.load(), g_allocations.size(), g_streams.size());
+            "streams=%zu open IPC memory=%zu open IPC events=%ld\n",
+            g_pushes.load(), g_pops.load(), g_bad.load(), g_allocations.size(), g_streams.size(),
+            g_opened.size(), g_opened_events);
     // Streams may remain: each device's default queue lives as long as the
     // process-wide registry, which is never destroyed.
-    if (g_bad.load() != 0 || g_pushes.load() != g_pops.load() || !g_allocations.empty()) {
+    if (g_bad.load() != 0 || g_pushes.load() != g_pops.load() || !g_allocations.empty() ||
+        !g_opened.empty() || g_opened_events != 0) {
       std::fflush(nullptr);
       std::_Exit(86);
     }
   }
 } g_report;
 
+// Device memory is a memfd mapping (so that other processes can open it),
+// followed by one trailer page; host and managed memory come from the heap.
 CUresult Allocate(void** out, size_t size, char kind) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (size > (size_t{16} << 30)) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = aligned_alloc(256, (size + 255) / 256 * 256);
-  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  Allocation allocation{kind, size};
+  void* p = nullptr;
+  if (kind == 'd') {
+    const size_t mapped = RoundToPage(size) + PageSize();
+    const int fd = memfd_create("fake-cuda-memory", MFD_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(fd, static_cast<off_t>(mapped)) != 0 ||
+        (p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    allocation.fd = fd;
+    allocation.mapped = mapped;
+    allocation.trailer = new (static_cast<char*>(p) + RoundToPage(size)) MemoryTrailer{};
+    allocation.trailer->magic = kMemoryHandleMagic;
+    allocation.trailer->serial = g_serial++;
+  } else {
+    p = aligned_alloc(256, (size + 255) / 256 * 256);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_allocations[p] = {kind, size};
+  g_allocations[p] = allocation;
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -86,14 +270,51 @@ CUresult Free(void* p, const char* kinds) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_allocations.find(p);
-  if (it == g_allocations.end() || !strchr(kinds, it->second.first)) {
+  if (it == g_allocations.end() || !strchr(kinds, it->second.kind)) {
     ++g_bad;
     fprintf(stderr, "FAKE CUDA: bad free %p\n", p);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  free(p);
+  const Allocation& allocation = it->second;
+  if (allocation.kind == 'd') {
+    // CUDA leaves this undefined: the importer must close first.
+    if (allocation.trailer->importers.AnyAlive()) {
+      ++g_bad;
+      fprintf(stderr, "FAKE CUDA: cuMemFree of %p while another process has it open\n", p);
+    }
+    munmap(p, allocation.mapped);
+    close(allocation.fd);
+  } else {
+    free(p);
+  }
   g_allocations.erase(it);
   return CUDA_SUCCESS;
+}
+
+// The allocation (own or opened) holding `address`: its base and size.
+bool FindRange(void* address, void** base, size_t* size) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto own = g_allocations.upper_bound(address);
+  if (own != g_allocations.begin()) {
+    --own;
+    auto* start = static_cast<char*>(own->first);
+    if (own->second.kind != 'h' && static_cast<char*>(address) < start + own->second.size) {
+      *base = own->first;
+      *size = own->second.size;
+      return true;
+    }
+  }
+  auto opened = g_opened.upper_bound(address);
+  if (opened != g_opened.begin()) {
+    --opened;
+    auto* start = static_cast<char*>(opened->first);
+    if (static_cast<char*>(address) < start + opened->second.size) {
+      *base = opened->first;
+      *size = opened->second.size;
+      return true;
+    }
+  }
+  return false;
 }
 
 void SleepUntil(Clock::time_point t) {
@@ -149,6 +370,7 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = Env("FAKE_CUDA_MANAGED", 1); break;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1500000; break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: *value = Env("FAKE_CUDA_IPC", 1); break;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -247,30 +469,165 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   auto* s = reinterpret_cast<FakeStream*>(stream);
   auto* e = reinterpret_cast<FakeEvent*>(event);
-  if (!e->recorded) return CUDA_SUCCESS;
-  s->busy_until = std::max(s->busy_until, e->ready_at);
+  if (!EventRecorded(e)) return CUDA_SUCCESS;
+  s->busy_until = std::max(s->busy_until, EventReadyAt(e));
   return CUDA_SUCCESS;
 }
 CUresult cuEventCreate(CUevent* event, unsigned int flags) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
-  *event = reinterpret_cast<CUevent>(new FakeEvent{});
+  if (flags & ~(CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS | CU_EVENT_BLOCKING_SYNC))
+    return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new FakeEvent{};
+  if (flags & CU_EVENT_INTERPROCESS) {
+    if (!(flags & CU_EVENT_DISABLE_TIMING)) {
+      delete e;
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const int fd = memfd_create("fake-cuda-event", MFD_CLOEXEC);
+    void* page = MAP_FAILED;
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(PageSize())) != 0 ||
+        (page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+            MAP_FAILED) {
+      if (fd >= 0) close(fd);
+      delete e;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->shared = new (page) SharedEvent{};
+    e->shared->magic = kEventHandleMagic;
+    e->shared->serial = g_serial++;
+    e->fd = fd;
+  }
+  *event = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
 CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   auto* e = reinterpret_cast<FakeEvent*>(event);
-  e->ready_at = std::max(Clock::now(), reinterpret_cast<FakeStream*>(stream)->busy_until);
-  e->recorded = true;
+  RecordEventAt(e, std::max(Clock::now(), reinterpret_cast<FakeStream*>(stream)->busy_until));
   return CUDA_SUCCESS;
 }
 CUresult cuEventQuery(CUevent event) {
   if (Env("FAKE_CUDA_QUERY_ERROR", 0)) return static_cast<CUresult>(Env("FAKE_CUDA_QUERY_ERROR", 0));
   auto* e = reinterpret_cast<FakeEvent*>(event);
-  return Clock::now() >= e->ready_at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return Clock::now() >= EventReadyAt(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 CUresult cuEventDestroy_v2(CUevent event) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
-  delete reinterpret_cast<FakeEvent*>(event);
+  auto* e = reinterpret_cast<FakeEvent*>(event);
+  if (e->shared != nullptr) {
+    if (e->imported) {
+      e->shared->importers.Remove(getpid());
+      std::lock_guard<std::mutex> lock(g_mutex);
+      --g_opened_events;
+    } else if (e->shared->importers.AnyAlive()) {
+      ++g_bad;
+      fprintf(stderr, "FAKE CUDA: interprocess event destroyed while another process has it open\n");
+    }
+    munmap(e->shared, PageSize());
+    if (e->fd >= 0) close(e->fd);
+  }
+  delete e;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr pointer) {
+  if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  void* found = nullptr;
+  size_t found_size = 0;
+  if (!FindRange(reinterpret_cast<void*>(pointer), &found, &found_size)) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = reinterpret_cast<CUdeviceptr>(found);
+  if (size) *size = found_size;
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pointer) {
+  if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocations.find(reinterpret_cast<void*>(pointer));
+  // Only the base of plain device memory has a handle.
+  if (it == g_allocations.end() || it->second.kind != 'd') return CUDA_ERROR_INVALID_VALUE;
+  WireHandle wire{kMemoryHandleMagic, getpid(), it->second.fd, 0, it->second.size,
+                  it->second.trailer->serial};
+  memset(handle, 0, sizeof(*handle));
+  memcpy(handle, &wire, sizeof(wire));
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsigned int flags) {
+  if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) return CUDA_ERROR_INVALID_VALUE;
+  WireHandle wire;
+  memcpy(&wire, &handle, sizeof(wire));
+  if (wire.magic != kMemoryHandleMagic || wire.size == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (wire.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // CUDA refuses its own handles
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& [address, opened] : g_opened) {
+    if (opened.exporter == wire.pid && opened.serial == wire.serial) {
+      ++opened.references;  // CUDA counts repeated opens
+      *pointer = reinterpret_cast<CUdeviceptr>(address);
+      return CUDA_SUCCESS;
+    }
+  }
+  const size_t mapped = RoundToPage(wire.size) + PageSize();
+  void* base = MapPeerFile(wire.pid, wire.fd, mapped);
+  if (base == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* trailer = reinterpret_cast<MemoryTrailer*>(static_cast<char*>(base) + RoundToPage(wire.size));
+  if (trailer->magic != kMemoryHandleMagic || trailer->serial != wire.serial) {
+    munmap(base, mapped);  // the descriptor now names other memory: a stale handle
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (!trailer->importers.Add(getpid())) {
+    munmap(base, mapped);
+    return CUDA_ERROR_TOO_MANY_PEERS;
+  }
+  g_opened[base] = OpenedMemory{wire.size, mapped, wire.pid, wire.serial, 1, trailer};
+  *pointer = reinterpret_cast<CUdeviceptr>(base);
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr pointer) {
+  if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_opened.find(reinterpret_cast<void*>(pointer));
+  if (it == g_opened.end()) {
+    ++g_bad;
+    fprintf(stderr, "FAKE CUDA: cuIpcCloseMemHandle of %p, which is not open\n",
+            reinterpret_cast<void*>(pointer));
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (--it->second.references == 0) {
+    it->second.trailer->importers.Remove(getpid());
+    munmap(it->first, it->second.mapped);
+    g_opened.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
+  auto* e = reinterpret_cast<FakeEvent*>(event);
+  if (e == nullptr || e->shared == nullptr || e->imported) return CUDA_ERROR_INVALID_HANDLE;
+  WireHandle wire{kEventHandleMagic, getpid(), e->fd, 0, PageSize(), e->shared->serial};
+  memset(handle, 0, sizeof(*handle));
+  memcpy(handle, &wire, sizeof(wire));
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
+  if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  WireHandle wire;
+  memcpy(&wire, &handle, sizeof(wire));
+  if (wire.magic != kEventHandleMagic || wire.size != PageSize()) return CUDA_ERROR_INVALID_HANDLE;
+  if (wire.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;
+  void* page = MapPeerFile(wire.pid, wire.fd, PageSize());
+  if (page == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* shared = static_cast<SharedEvent*>(page);
+  if (shared->magic != kEventHandleMagic || shared->serial != wire.serial ||
+      !shared->importers.Add(getpid())) {
+    munmap(page, PageSize());
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  auto* e = new FakeEvent{};
+  e->shared = shared;
+  e->imported = true;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ++g_opened_events;
+  }
+  *event = reinterpret_cast<CUevent>(e);
   return CUDA_SUCCESS;
 }
 CUresult cuModuleLoadData(CUmodule* module, const void* image) {

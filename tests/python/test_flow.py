@@ -125,3 +125,79 @@ def test_bad_arguments():
             publisher.send(42)
     with pytest.raises(Exception):
         Subscriber("no-such-channel-" + uuid.uuid4().hex, connect_timeout=0.05)
+
+
+def connect_here(publisher, name, count, **options):
+    """Connects a Subscriber in this process while a thread lets the
+    publisher accept it."""
+    accept = threading.Thread(target=publisher.wait_for_subscribers, args=(count, 10.0))
+    accept.start()
+    try:
+        return Subscriber(name, **options)
+    finally:
+        accept.join()
+
+
+def drain(subscriber):
+    sequences = []
+    while (message := subscriber.try_receive()) is not None:
+        sequences.append(message.sequence)
+    return sequences
+
+
+def test_each_subscriber_chooses_its_queue():
+    name = channel()
+    with Publisher(name, queue_capacity=16, overflow="block") as publisher:
+        oldest = connect_here(publisher, name, 1, queue_capacity=2, overflow="drop_oldest")
+        newest = connect_here(publisher, name, 2, queue_capacity=3, overflow="drop_newest")
+        default = connect_here(publisher, name, 3)
+        for index in range(6):
+            publisher.send(pa.record_batch({"i": [index]}))
+        stats = publisher.stats()
+        assert drain(oldest) == [5, 6]
+        assert drain(newest) == [1, 2, 3]
+        assert drain(default) == [1, 2, 3, 4, 5, 6]
+    assert stats["dropped_oldest"] == 4
+    assert stats["dropped_newest"] == 3
+    assert stats["delivered"] == 6 + 3 + 6
+
+
+def test_bad_queue_options():
+    with pytest.raises(ValueError, match="unknown overflow policy"):
+        Subscriber(channel(), overflow="sometimes", connect_timeout=0.05)
+    with pytest.raises(ValueError, match="queue_capacity"):
+        Subscriber(channel(), queue_capacity=1 << 21, connect_timeout=0.05)
+    with pytest.raises(TypeError):
+        Subscriber(channel(), queue_capacity=-1, connect_timeout=0.05)
+    with pytest.raises(TypeError):
+        Subscriber(channel(), overflow=1, connect_timeout=0.05)
+
+
+def test_publisher_fileno_drives_an_event_loop():
+    import selectors
+
+    name = channel()
+    with Publisher(name) as publisher:
+        selector = selectors.DefaultSelector()
+        selector.register(publisher, selectors.EVENT_READ)
+        assert selector.select(timeout=0) == []
+        connected = []
+        connector = threading.Thread(target=lambda: connected.append(Subscriber(name)))
+        connector.start()
+        for _ in range(200):  # bounded: at most ~20 s
+            if publisher.stats()["subscribers"] == 1:
+                break
+            if selector.select(timeout=0.1):
+                publisher.poll()
+        connector.join(timeout=10)
+        assert publisher.stats()["subscribers"] == 1
+        assert selector.select(timeout=0) == []
+        (subscriber,) = connected
+        publisher.send(pa.record_batch({"x": [1, 2]}))
+        message = subscriber.receive(timeout=5)
+        del message  # returns the drop token: the fd wakes, poll reclaims
+        assert selector.select(timeout=5)
+        publisher.poll()
+        assert publisher.stats()["memory_in_use"] == 0
+        subscriber.close()
+        selector.close()

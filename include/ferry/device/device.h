@@ -7,12 +7,14 @@
 // used by one thread at a time (like a CUDA stream or OpenCL command queue).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ferry/c/abi.h"
@@ -64,6 +66,30 @@ enum class CopyDirection : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevi
 const char* CopyDirectionName(CopyDirection direction);
 
 class Device;
+
+// ---- Interprocess sharing (same machine, same device) ----------------------------
+//
+// A device that SupportsIpc() hands its memory and events to other processes
+// as opaque handles (CUDA: cuIpcGetMemHandle / cuIpcGetEventHandle); the
+// importing process opens them on the same device. Handles are plain bytes
+// that may travel through any channel; an importer must treat them as
+// untrusted input.
+
+// The handle of one device allocation, plus the range [offset, offset + size)
+// of it that was exported. One handle serves every buffer of the allocation.
+struct IpcMemoryHandle {
+  static constexpr size_t kBytes = 64;
+  std::array<uint8_t, kBytes> bytes{};  // backend-specific (CUDA: a CUipcMemHandle)
+  int64_t allocation_size = 0;          // bytes of the whole allocation
+  int64_t offset = 0;                   // where the exported range starts in it
+  int64_t size = 0;                     // bytes of the exported range
+};
+
+// The handle of an interprocess event (backend-specific bytes).
+struct IpcEventHandle {
+  static constexpr size_t kBytes = 64;
+  std::array<uint8_t, kBytes> bytes{};
+};
 
 // A producer-owned synchronisation event. sync_event() is the value that goes
 // into ArrowDeviceArray::sync_event: a pointer to the native handle, stable
@@ -124,6 +150,45 @@ class Device {
   virtual Status HostWait(void* sync_event, std::chrono::nanoseconds timeout) = 0;
   // OK while usable; an error naming the cause after loss or reset.
   virtual Status CheckHealth() = 0;
+
+  // ---- Interprocess sharing (see IpcMemoryHandle). Devices without an IPC
+  // mechanism keep these defaults: false, and NotImplemented naming the device.
+
+  // Whether ExportIpcMemory/OpenIpcMemory and the event pair work here.
+  virtual bool SupportsIpc() const { return false; }
+  // The handle of the allocation (made by Allocate on this device) that holds
+  // [address, address + size). Cheap and repeatable. The exporter must keep
+  // the memory allocated until every importer has released what
+  // OpenIpcMemory gave it.
+  virtual Result<IpcMemoryHandle> ExportIpcMemory(const void* address, int64_t size) {
+    return IpcUnsupported("export memory");
+  }
+  // Opens, in this process, a handle exported by another process on the same
+  // device: the buffer covers the handle's [offset, offset + size) and its
+  // release closes the handle. Invalid for a malformed handle or one that
+  // does not name a live allocation of at least allocation_size bytes.
+  virtual Result<BufferPtr> OpenIpcMemory(const IpcMemoryHandle& handle) {
+    return IpcUnsupported("open memory");
+  }
+  // Records an interprocess event on `queue` (a queue of this device;
+  // nullptr: the default queue) after a device-side wait on `after` (null:
+  // nothing to wait for). Returns the local event, which the exporter keeps
+  // alive until every importer has released its copy, and its handle.
+  virtual Result<std::pair<EventPtr, IpcEventHandle>> ExportIpcEvent(Queue* queue,
+                                                                     const EventPtr& after) {
+    return IpcUnsupported("export an event");
+  }
+  // Opens an event exported by another process; waiting on the result (on a
+  // queue or the host) waits for the exporter's recorded work.
+  virtual Result<EventPtr> OpenIpcEvent(const IpcEventHandle& handle) {
+    return IpcUnsupported("open an event");
+  }
+
+ private:
+  Status IpcUnsupported(const char* what) const {
+    return Status::NotImplemented(std::string(DeviceTypeName(type())) + " devices cannot " + what +
+                                  " across processes (no IPC mechanism)");
+  }
 };
 
 // The process-wide registry of devices. Backends that are not compiled in,
@@ -175,8 +240,10 @@ struct DeviceArray {
 // `target` after waiting for the array's event (on `queue` when given and
 // the kinds match, else on the host with `timeout`). The result carries an
 // event recorded after the copies. Bytes are counted per direction.
+// `host_pool`, for a host-accessible target: where the copies are allocated
+// (e.g. a transport's shared memory) instead of target->Allocate.
 Result<DeviceArray> CopyArrayTo(const DeviceArray& array, Device* target,
                                 std::chrono::nanoseconds timeout = std::chrono::seconds(30),
-                                Queue* queue = nullptr);
+                                Queue* queue = nullptr, MemoryPool* host_pool = nullptr);
 
 }  // namespace ferry::device

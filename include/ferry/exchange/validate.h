@@ -51,5 +51,10 @@ Status ValidateFull(const ArrayData& data, const std::string& path = "");
 
 Status ValidateStructural(const RecordBatch& batch);
 Status ValidateFull(const RecordBatch& batch);
+// Layout: ValidateStructural without reading any buffer byte, for batches
+// whose buffers live in device memory: the offsets buffers are sized but
+// their first and last entries are not checked (the consumer, which reads
+// the data on its device, owns every check of values).
+Status ValidateLayout(const RecordBatch& batch);
 
 }  // namespace ferry

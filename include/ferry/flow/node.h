@@ -16,7 +16,7 @@
 // summary's copy column).
 //
 // Lifecycle: FromEnvironment reads FERRY_NODE_CONFIG (see
-// src/flow/runtime/protocol.h), registers with the daemon, creates the
+// src/flow/node/protocol.h), registers with the daemon, creates the
 // outputs, connects the inputs and waits for the daemon's start (so no
 // message sent after construction is lost to a subscriber that has not
 // connected yet). Next returns, in order of arrival: kInput events, one
@@ -28,8 +28,38 @@
 // finish. Destroying the Node reports its statistics to the daemon and
 // closes its outputs (downstream nodes then see kInputClosed).
 //
-// Thread safety: a Node is used by one thread at a time; received batches
-// may be released from any thread.
+// Without a daemon (NodeConfig::daemon_socket empty: tests, standalone
+// programs) there is no start signal: a producer calls WaitForSubscribers
+// before its first SendOutput if no message may be lost. Under a daemon, a
+// node with no input at all waits in Next for the daemon's stop.
+//
+// When a producer restarts, the daemon sends "reconnect" and the input
+// connects again in the background; if the node saw the old producer go
+// first, it has received kInputClosed for that input, and events of the
+// input resume once the new producer is connected (the stream does not end
+// while a reconnection is under way).
+//
+// Arrays and batches. Every message is a record batch. A plain array (what
+// Python and dora-style nodes send) travels as a one-column batch whose
+// field is named "value" (kArrayFieldName), with the message metadata key
+// "ferry.array" (kArrayMetadataKey) set to "1". Receivers in Python and C
+// unwrap it back to the array; C++ receivers see the batch and can test
+// IsArrayMessage(event.metadata). SendArray sends an array this way. Timer
+// ticks follow the convention too: their value is an empty array of type
+// null.
+//
+// Typed metadata. Metadata values are strings. Python and C send integers,
+// floats and booleans as their text ("42", "0.25" in shortest round-trip
+// form, "true"/"false") and list the keys that are not strings under
+// "ferry.types" (kTypesMetadataKey), a JSON object such as
+// {"frame":"int","gain":"float","ok":"bool"}; their receivers turn the
+// values back into numbers and booleans (EncodeTypedMetadata /
+// DecodeTypedMetadata). C++ code reads the strings as they are.
+//
+// Thread safety: Next, WaitForSubscribers and destruction are used by one
+// thread at a time. SendOutput, SendArray, OutputPool, CloseOutput and
+// StatsJson may also be called from another thread while one thread waits in
+// Next. Received batches may be released from any thread.
 #pragma once
 
 #include <chrono>
@@ -37,6 +67,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "ferry/exchange/array.h"
@@ -88,10 +121,15 @@ struct NodeConfig {
   // bad input.
   static Result<NodeConfig> FromJson(const std::string& json);
   std::string ToJson() const;
+  // Checks what FromJson checks on a config built in code: ids present and
+  // unique, each input either a channel or a positive timer interval, queue
+  // sizes in [1, 1 << 20], known overflow policies, valid channel names.
+  Status Validate() const;
 };
 
 struct NodeOptions {
-  // How long construction may wait for peers and the daemon's start.
+  // How long construction may wait for peers and the daemon's start (and how
+  // long a reconnection may wait for a restarted producer).
   std::chrono::nanoseconds startup_timeout = std::chrono::seconds(60);
   // Busy-poll instead of sleeping in Next (lowest latency, burns a core).
   bool busy_poll = false;
@@ -119,15 +157,58 @@ class Node {
   // are copied into shared memory and counted.
   virtual Status SendOutput(const std::string& output, const RecordBatch& batch,
                             const Metadata& metadata = {}) = 0;
-  // Memory lent from `output`'s shared memory (nullptr for an unknown output):
-  // build batches with it and SendOutput copies nothing.
+  // Sends a plain array by the array convention (see above): a one-column
+  // batch "value" with "ferry.array" = "1" added to `metadata`.
+  Status SendArray(const std::string& output, const ArrayDataPtr& array,
+                   const Metadata& metadata = {});
+  // Memory lent from `output`'s shared memory (nullptr for an unknown or
+  // closed output): build batches with it and SendOutput copies nothing. The
+  // pointer is valid until the output is closed; buffers allocated from it
+  // stay valid as long as they are referenced.
   virtual MemoryPool* OutputPool(const std::string& output) = 0;
   // Closes one output: its subscribers see kInputClosed once they drained it.
   virtual Status CloseOutput(const std::string& output) = 0;
+  // Waits until `output` has at least `count` subscribers, accepting them
+  // meanwhile (TimedOut after `timeout`). Needed without a daemon only: under
+  // a daemon every subscriber is connected before start.
+  virtual Status WaitForSubscribers(const std::string& output, int count,
+                                    std::chrono::nanoseconds timeout) = 0;
 
   // Per output: messages, bytes, bytes copied, drops (ChannelStats of its
   // publisher), per input: messages received.
   virtual std::string StatsJson() const = 0;
 };
+
+// ---- The array convention --------------------------------------------------
+
+inline constexpr std::string_view kArrayMetadataKey = "ferry.array";
+inline constexpr std::string_view kArrayFieldName = "value";
+
+// `array` as a one-column batch named "value" (no copy; nullable when it has
+// nulls or `nullable`).
+Result<RecordBatchPtr> ArrayAsBatch(const ArrayDataPtr& array, bool nullable = true);
+// True when `metadata` marks a plain array ("ferry.array" = "1").
+bool IsArrayMessage(const Metadata& metadata);
+// The array inside a batch sent by the convention, or nullptr when `batch`
+// is not a one-column batch (whatever its metadata said).
+ArrayDataPtr ArrayOfMessage(const RecordBatch& batch, const Metadata& metadata);
+
+// ---- Typed metadata ----------------------------------------------------------
+
+inline constexpr std::string_view kTypesMetadataKey = "ferry.types";
+
+using MetadataValue = std::variant<std::string, int64_t, double, bool>;
+using TypedMetadata = std::vector<std::pair<std::string, MetadataValue>>;
+
+// Strings as they are; other values as text plus their type under
+// "ferry.types". Invalid for a key starting with "ferry." (reserved), an
+// empty key or a repeated key; non-finite floats are written as "nan",
+// "inf" and "-inf".
+Result<Metadata> EncodeTypedMetadata(const TypedMetadata& values);
+// The inverse: "ferry.array" and "ferry.types" are left out, listed keys
+// get their types back. A value that does not parse as its listed type, or
+// a malformed "ferry.types", leaves the value a string (metadata comes from
+// another process: never an error).
+TypedMetadata DecodeTypedMetadata(const Metadata& metadata);
 
 }  // namespace ferry::flow

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
 #include "ferry/exchange/status.h"
@@ -79,6 +80,14 @@ struct SubscriberOptions {
   WaitStrategy wait;
   // How long Connect waits for the publisher's socket to appear.
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(10);
+  // This subscriber's queue, in messages (0 = the publisher's
+  // PublisherOptions::queue_capacity; at most 1 << 20).
+  uint32_t queue_capacity = 0;
+  // What a full queue of this subscriber does (nullopt = the publisher's
+  // PublisherOptions::overflow). Each subscriber's policy applies to its own
+  // queue only: a drop_oldest subscriber never makes Send wait, even when a
+  // kBlock subscriber of the same channel does.
+  std::optional<OverflowPolicy> overflow;
 };
 
 // Counters of one endpoint (the process-wide telemetry counts bytes too).
@@ -99,7 +108,9 @@ struct ChannelStats {
 // A Publisher has no thread of its own: it accepts subscribers, notices
 // their deaths and reclaims dropped messages inside Send, SendCopy, Poll,
 // WaitForSubscribers and loans that wait for memory, so a Subscriber's
-// Connect completes during one of those calls.
+// Connect completes during one of those calls. An event loop that waits for
+// other things meanwhile adds wait_fd() to its poll set and calls Poll()
+// when it is readable.
 class Publisher {
  public:
   // Creates channel `name` (letters, digits, '-', '_', '.', '/'; at most 100
@@ -126,20 +137,42 @@ class Publisher {
   // Sends any batch: buffers already in shared memory travel as they are,
   // others are copied into it (counted).
   virtual Status SendCopy(const RecordBatch& batch, const Metadata& metadata = {}) = 0;
+  // Sends a batch that lives on a device (docs/flow.md, "Device batches
+  // across processes"). On a device that supports IPC (CUDA device memory)
+  // its buffers travel as IPC handles plus an IPC event recorded after
+  // batch.event, nothing is copied, and the batch stays alive here until
+  // every subscriber dropped it; subscribers get Message::device_batch. Other
+  // devices are copied into shared memory (counted by direction and as a
+  // fallback with reason crosses_process) and subscribers get a host batch;
+  // CPU batches go as SendCopy sends them.
+  virtual Status SendDevice(const device::DeviceBatch& batch, const Metadata& metadata = {}) = 0;
   // Accepts pending subscribers and reclaims dropped messages without
   // sending (Send does this too).
   virtual Status Poll() = 0;
   // Waits until at least `count` subscribers are connected.
   virtual Status WaitForSubscribers(int count, std::chrono::nanoseconds timeout) = 0;
   virtual ChannelStats stats() const = 0;
+  // A file descriptor (for poll/epoll; never read it or close it) that is
+  // readable while Poll() has work: a subscriber connecting or saying hello,
+  // a subscriber hanging up or dying, drop tokens returned by subscribers
+  // since the last Poll/Send. Level-triggered: Poll() consumes the work, after
+  // which the descriptor is quiet until something new happens. It stays the
+  // same descriptor for the publisher's lifetime.
+  virtual int wait_fd() const = 0;
 };
 
 // A received message: the batch (buffers in shared memory; dropping the last
 // reference to any of them returns the drop token) and its metadata.
 struct Message {
-  RecordBatchPtr batch;
+  RecordBatchPtr batch;  // null for a device message (see device_batch)
   Metadata metadata;
   uint64_t sequence = 0;  // the publisher's message number, from 1
+  // Set (and `batch` null) when the publisher sent a device batch over IPC
+  // handles: its buffers are device memory of this process's device of the
+  // same type and id (never dereference them on the host) and its event, if
+  // any, must be waited on before they are read. Releasing the batch and the
+  // event returns the message to the publisher.
+  std::optional<device::DeviceBatch> device_batch;
 };
 
 // Batches received stay valid after their Subscriber (or the publisher) is

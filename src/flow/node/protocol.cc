@@ -56,7 +56,8 @@ Result<Connection> Connection::Connect(const std::string& name) {
 
 Status Connection::Send(const nlohmann::json& message) {
   if (fd_ < 0) return Status::Invalid("control connection is closed");
-  const std::string text = message.dump();
+  // Invalid UTF-8 (a node id built in code, say) is replaced, never thrown.
+  const std::string text = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > kMaxMessage) {
     return Status::Invalid("control message of " + std::to_string(text.size()) +
                            " bytes exceeds the limit of " + std::to_string(kMaxMessage));

@@ -26,6 +26,12 @@ std::chrono::nanoseconds Deadline::Remaining(std::chrono::nanoseconds cap) const
   return std::chrono::duration_cast<std::chrono::nanoseconds>(left);
 }
 
+int64_t CoarseNowNs() noexcept {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+}
+
 void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected,
                std::chrono::nanoseconds timeout) noexcept {
   if (timeout <= std::chrono::nanoseconds::zero()) return;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "ferry/flow/transport.h"
 
@@ -31,6 +32,26 @@ class Deadline {
  private:
   Clock::time_point at_;
 };
+
+// A Deadline that reads the clock only when first asked: most sends and
+// receives never wait, and a clock read costs tens of nanoseconds.
+class LazyDeadline {
+ public:
+  explicit LazyDeadline(std::chrono::nanoseconds timeout) : timeout_(timeout) {}
+  const Deadline& get() {
+    if (!deadline_.has_value()) deadline_.emplace(timeout_);
+    return *deadline_;
+  }
+
+ private:
+  std::chrono::nanoseconds timeout_;
+  std::optional<Deadline> deadline_;
+};
+
+// CLOCK_MONOTONIC_COARSE in nanoseconds: a few times cheaper than
+// Clock::now() (no time-stamp counter read) but only as fine as the kernel
+// tick (1-4 ms). For rate limits of periodic checks.
+int64_t CoarseNowNs() noexcept;
 
 // Sleeps while *word == expected, at most `timeout` (rounded to whole
 // nanoseconds). Returns on a wake, a value change, a signal or the timeout;

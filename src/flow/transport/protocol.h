@@ -11,8 +11,9 @@
 // receive read-only descriptors of them.
 //
 // Socket (SOCK_SEQPACKET, abstract "\0ferry/<name>"): the subscriber sends
-// kHello; the publisher answers kWelcome with [control, doorbell, eventfd],
-// then one kSegment per live payload segment. Later packets: kSegment for a
+// kHello (with the queue it asks for); the publisher answers kWelcome with
+// [control, doorbell, eventfd, reclaim eventfd], then one kSegment per live
+// payload segment, or kRefused with a reason and hangs up. Later packets: kSegment for a
 // new segment (before any descriptor refers to it), kRetire for a segment
 // nothing refers to any more, kSchema before the first descriptor that uses
 // that schema id. After each later packet the publisher bumps
@@ -60,6 +61,9 @@ static_assert(sizeof(ControlBlock) % kCacheLine == 0);
 struct Doorbell {
   alignas(kCacheLine) std::atomic<uint32_t> publisher_waiting;
   std::atomic<uint32_t> wake_futex;
+  // Set by a publisher whose wait_fd() is polled: the next subscriber to
+  // return a drop token clears it and writes the reclaim eventfd.
+  std::atomic<uint32_t> fd_armed;
 };
 static_assert(sizeof(Doorbell) <= kDoorbellSize);
 
@@ -85,13 +89,19 @@ inline ControlView ViewControl(uint8_t* base, uint32_t ring_capacity) {
 }
 
 enum class PacketKind : uint16_t {
-  kHello = 1,    // values: [0] pid, [1] protocol version
+  kHello = 1,    // values: [0] pid, [1] protocol version, [2] queue capacity (0: the
+                 //         publisher's), [3] overflow policy + 1 (0: the publisher's)
   kWelcome = 2,  // values: [0] ring capacity, [1] release capacity, [2] control size,
-                 //         [3] publisher pid, [4] overflow policy; fds: control, doorbell, eventfd
+                 //         [3] publisher pid, [4] overflow policy; fds: control, doorbell,
+                 //         eventfd and (optional) the publisher's reclaim eventfd
   kSegment = 3,  // values: [0] segment id, [1] size; fd: the segment (read-only)
   kRetire = 4,   // values: [0] segment id
   kSchema = 5,   // values: [0] schema id, [1] encoded size, [2] 1 if in a memfd (fd) else inline
+  kRefused = 6,  // values: [0] reason length; the reason (text) follows the packet
 };
+
+// The longest refusal reason a publisher sends (longer ones are cut).
+inline constexpr size_t kMaxRefusalReason = 512;
 
 // The fixed part of every packet; a kSchema packet's inline bytes follow it.
 struct Packet {

@@ -11,11 +11,13 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ferry/flow/transport.h"
 #include "ferry/telemetry/telemetry.h"
+#include "flow/transport/device_transport.h"
 #include "flow/transport/futex.h"
 #include "flow/transport/protocol.h"
 #include "flow/transport/ring.h"
@@ -72,6 +74,7 @@ using internal::Clock;
 using internal::Deadline;
 using internal::Descriptor;
 using internal::DescriptorProducer;
+using internal::LazyDeadline;
 using internal::Mapping;
 using internal::Packet;
 using internal::PacketKind;
@@ -88,8 +91,23 @@ constexpr size_t kMaxPendingConnections = 64;
 constexpr uint32_t kMaxHistory = 1u << 20;
 
 // epoll keys: what the descriptor is, in the low bits; whose, above.
-enum EpollTag : uint64_t { kListenTag = 0, kPendingTag = 1, kSocketTag = 2, kPidfdTag = 3 };
-uint64_t EpollKey(uint64_t owner, EpollTag tag) { return owner << 2 | tag; }
+enum EpollTag : uint64_t {
+  kListenTag = 0,
+  kPendingTag = 1,
+  kSocketTag = 2,
+  kPidfdTag = 3,
+  kReclaimTag = 4,
+};
+constexpr int kEpollTagBits = 3;
+uint64_t EpollKey(uint64_t owner, EpollTag tag) { return owner << kEpollTagBits | tag; }
+
+// Release ring of a subscriber whose queue holds `ring_capacity` messages:
+// room for the tokens of a few queues' worth of held batches (more spill
+// into the subscriber's private list).
+uint32_t ReleaseCapacityFor(uint32_t ring_capacity) {
+  const uint64_t wanted = std::max<uint64_t>(1024, uint64_t{ring_capacity} * 4);
+  return static_cast<uint32_t>(std::min<uint64_t>(internal::kMaxReleaseCapacity, wanted));
+}
 
 // A message that subscribers (or the history) still reference.
 struct InFlightEntry {
@@ -126,6 +144,7 @@ struct SubscriberState {
   UniqueFd control_fd;
   Mapping control;
   internal::ControlView view;
+  OverflowPolicy overflow = OverflowPolicy::kBlock;  // of this subscriber's queue
   DescriptorProducer ring;
   ReleaseConsumer releases;
   std::vector<uint32_t> queued_slots;  // in-flight slot of each queued sequence
@@ -162,9 +181,16 @@ class PublisherImpl final : public Publisher {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     return SendLocked(batch, metadata, /*copy=*/true);
   }
+  Status SendDevice(const device::DeviceBatch& batch, const Metadata& metadata) override {
+    return device_sender_.Send(*this, batch, metadata, options_.send_timeout);
+  }
   Status Poll() override;
   Status WaitForSubscribers(int count, std::chrono::nanoseconds timeout) override;
   ChannelStats stats() const override;
+  int wait_fd() const override {
+    fd_waiters_.store(true, std::memory_order_relaxed);
+    return epoll_.get();
+  }
 
  private:
   Status SendLocked(const RecordBatch& batch, const Metadata& metadata, bool copy);
@@ -177,7 +203,12 @@ class PublisherImpl final : public Publisher {
   void MaybeProcessEvents();
   void AcceptConnections();
   void HandleHello(uint64_t key);
-  Status Welcome(UniqueFd socket);
+  // Sends kRefused with `reason` (best effort) before the socket is closed.
+  void Refuse(int socket, const std::string& reason);
+  Status Welcome(UniqueFd socket, uint32_t ring_capacity, OverflowPolicy overflow);
+  // When wait_fd() is in use: asks subscribers to write reclaim_fd_ with the
+  // next drop token.
+  void ArmReclaimFd();
   SubscriberState* FindSubscriber(uint64_t key);
   void MarkDead(SubscriberState& subscriber, std::string reason);
   void SweepDead();
@@ -196,7 +227,7 @@ class PublisherImpl final : public Publisher {
   void FreeEntry(InFlightEntry& entry);
 
   // Delivery.
-  Status Deliver(SubscriberState& subscriber, uint32_t slot, const Deadline& deadline,
+  Status Deliver(SubscriberState& subscriber, uint32_t slot, LazyDeadline& deadline,
                  bool may_block);
   Status EnsureSchemaSent(SubscriberState& subscriber, uint32_t schema_id);
   void AnnounceSegments();
@@ -213,7 +244,8 @@ class PublisherImpl final : public Publisher {
   UniqueFd doorbell_fd_;
   Mapping doorbell_mapping_;
   internal::Doorbell* doorbell_ = nullptr;
-  uint32_t release_capacity_ = 0;
+  UniqueFd reclaim_fd_;  // eventfd written by subscribers returning tokens
+  mutable std::atomic<bool> fd_waiters_{false};
 
   mutable std::recursive_mutex mutex_;
   uint64_t next_key_ = 1;
@@ -228,10 +260,11 @@ class PublisherImpl final : public Publisher {
   const Schema* last_schema_ = nullptr;
   uint32_t last_schema_id_ = 0;
   uint64_t last_message_id_ = 0;
-  Clock::time_point last_event_check_{};
+  int64_t last_event_check_ns_ = 0;                 // CoarseNowNs() of the last ProcessEvents
   std::vector<SegmentPool::Event> segment_events_;  // scratch, capacity reused
   bool delivering_ = false;
   ChannelStats stats_;
+  internal::DeviceSender device_sender_;  // SendDevice's handle cache (device_transport.h)
 };
 
 Status PublisherImpl::Init() {
@@ -253,9 +286,6 @@ Status PublisherImpl::Init() {
     return Status::Invalid("unknown overflow policy " +
                            std::to_string(static_cast<int>(options_.overflow)));
   }
-  release_capacity_ = std::min<uint32_t>(internal::kMaxReleaseCapacity,
-                                         std::max<uint32_t>(1024, options_.queue_capacity * 4));
-
   SegmentPool::Options pool_options;
   pool_options.channel = name_;
   pool_options.segment_size = options_.segment_size;
@@ -276,6 +306,13 @@ Status PublisherImpl::Init() {
   event.events = EPOLLIN;
   event.data.u64 = EpollKey(0, kListenTag);
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &event) != 0) {
+    return internal::ErrnoStatus("epoll_ctl", errno);
+  }
+  reclaim_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!reclaim_fd_.valid()) return internal::ErrnoStatus("eventfd", errno);
+  event.events = EPOLLIN;
+  event.data.u64 = EpollKey(0, kReclaimTag);
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, reclaim_fd_.get(), &event) != 0) {
     return internal::ErrnoStatus("epoll_ctl", errno);
   }
   if (options_.history > 0) history_.assign(options_.history, 0);
@@ -303,9 +340,11 @@ PublisherImpl::~PublisherImpl() {
 // ---- Events ----------------------------------------------------------------
 
 void PublisherImpl::MaybeProcessEvents() {
-  const Clock::time_point now = Clock::now();
-  if (now - last_event_check_ < kEventCheckInterval) return;
-  last_event_check_ = now;
+  // The coarse clock keeps this cheap enough for every Send (its tick of a
+  // few milliseconds is fine for noticing connections and deaths).
+  const int64_t now = internal::CoarseNowNs();
+  if (now - last_event_check_ns_ < kEventCheckInterval.count()) return;
+  last_event_check_ns_ = now;
   (void)ProcessEvents(0);
 }
 
@@ -317,9 +356,17 @@ Status PublisherImpl::ProcessEvents(int timeout_ms) {
   } while (count < 0 && errno == EINTR);
   if (count < 0) return internal::ErrnoStatus("epoll_wait", errno);
   for (int index = 0; index < count; ++index) {
-    const uint64_t key = events[index].data.u64 >> 2;
-    const auto tag = static_cast<EpollTag>(events[index].data.u64 & 3);
+    const uint64_t key = events[index].data.u64 >> kEpollTagBits;
+    const auto tag =
+        static_cast<EpollTag>(events[index].data.u64 & ((uint64_t{1} << kEpollTagBits) - 1));
     switch (tag) {
+      case kReclaimTag: {
+        // Quiet the descriptor; the caller reclaims.
+        uint64_t value;
+        ssize_t read_bytes = ::read(reclaim_fd_.get(), &value, sizeof(value));
+        (void)read_bytes;
+        break;
+      }
       case kListenTag:
         AcceptConnections();
         break;
@@ -393,20 +440,57 @@ void PublisherImpl::HandleHello(uint64_t key) {
       hello.version != internal::kProtocolVersion) {
     return;  // not one of ours: hang up
   }
-  if (subscribers_.size() >= kMaxSubscribers) return;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, socket.get(), nullptr);
-  (void)Welcome(std::move(socket));
+  if (subscribers_.size() >= kMaxSubscribers) {
+    Refuse(socket.get(),
+           "the channel already has " + std::to_string(kMaxSubscribers) + " subscribers");
+    return;
+  }
+  // The queue it asks for; zeros (older subscribers send nothing else) mean
+  // the channel's defaults.
+  uint32_t ring_capacity = options_.queue_capacity;
+  if (hello.values[2] != 0) {
+    if (hello.values[2] > internal::kMaxRingCapacity) {
+      Refuse(socket.get(), "queue_capacity must be in [1, " +
+                               std::to_string(internal::kMaxRingCapacity) + "], got " +
+                               std::to_string(hello.values[2]));
+      return;
+    }
+    ring_capacity = static_cast<uint32_t>(hello.values[2]);
+  }
+  OverflowPolicy overflow = options_.overflow;
+  if (hello.values[3] != 0) {
+    const uint64_t policy = hello.values[3] - 1;
+    if (policy > static_cast<uint64_t>(OverflowPolicy::kDropNewest)) {
+      Refuse(socket.get(), "unknown overflow policy " + std::to_string(policy));
+      return;
+    }
+    overflow = static_cast<OverflowPolicy>(policy);
+  }
+  (void)Welcome(std::move(socket), ring_capacity, overflow);
 }
 
-Status PublisherImpl::Welcome(UniqueFd socket) {
+void PublisherImpl::Refuse(int socket, const std::string& reason) {
+  const std::string text = reason.substr(0, internal::kMaxRefusalReason);
+  Packet refusal;
+  refusal.kind = static_cast<uint16_t>(PacketKind::kRefused);
+  refusal.values[0] = text.size();
+  std::string bytes(reinterpret_cast<const char*>(&refusal), sizeof(refusal));
+  bytes += text;
+  // A subscriber whose socket is full learns nothing but the hang-up.
+  (void)internal::SendPacket(socket, bytes.data(), bytes.size(), nullptr, 0, /*timeout_ms=*/0);
+}
+
+Status PublisherImpl::Welcome(UniqueFd socket, uint32_t ring_capacity, OverflowPolicy overflow) {
   auto subscriber = std::make_unique<SubscriberState>();
   subscriber->key = next_key_++;
   FERRY_ASSIGN_OR_RAISE(subscriber->pid, internal::PeerPid(socket.get()));
   FERRY_ASSIGN_OR_RAISE(subscriber->pidfd, internal::OpenPidfd(subscriber->pid));
   subscriber->socket = std::move(socket);
 
-  const uint32_t ring_capacity = options_.queue_capacity;
-  const int64_t control_size = internal::ControlSize(ring_capacity, release_capacity_);
+  subscriber->overflow = overflow;
+  const uint32_t release_capacity = ReleaseCapacityFor(ring_capacity);
+  const int64_t control_size = internal::ControlSize(ring_capacity, release_capacity);
   FERRY_ASSIGN_OR_RAISE(subscriber->control_fd,
                         internal::CreateSealedMemfd("ferry:" + name_ + ":control", control_size));
   FERRY_ASSIGN_OR_RAISE(subscriber->control,
@@ -416,11 +500,11 @@ Status PublisherImpl::Welcome(UniqueFd socket) {
   block->magic = internal::kControlMagic;
   block->version = internal::kProtocolVersion;
   block->ring_capacity = ring_capacity;
-  block->release_capacity = release_capacity_;
+  block->release_capacity = release_capacity;
   subscriber->ring =
       DescriptorProducer(&block->descriptors, subscriber->view.descriptors, ring_capacity);
   subscriber->releases =
-      ReleaseConsumer(&block->releases, subscriber->view.releases, release_capacity_);
+      ReleaseConsumer(&block->releases, subscriber->view.releases, release_capacity);
   subscriber->queued_slots.assign(ring_capacity, 0);
   subscriber->holds.assign(entries_.size(), 0);
   subscriber->known_schemas.assign(schemas_.size() + 1, 0);
@@ -430,13 +514,14 @@ Status PublisherImpl::Welcome(UniqueFd socket) {
   Packet welcome;
   welcome.kind = static_cast<uint16_t>(PacketKind::kWelcome);
   welcome.values[0] = ring_capacity;
-  welcome.values[1] = release_capacity_;
+  welcome.values[1] = release_capacity;
   welcome.values[2] = static_cast<uint64_t>(control_size);
   welcome.values[3] = static_cast<uint64_t>(::getpid());
-  welcome.values[4] = static_cast<uint64_t>(options_.overflow);
-  const int fds[3] = {subscriber->control_fd.get(), doorbell_fd_.get(), subscriber->eventfd.get()};
+  welcome.values[4] = static_cast<uint64_t>(overflow);
+  const int fds[4] = {subscriber->control_fd.get(), doorbell_fd_.get(), subscriber->eventfd.get(),
+                      reclaim_fd_.get()};
   FERRY_RETURN_NOT_OK(
-      internal::SendPacket(subscriber->socket.get(), &welcome, sizeof(welcome), fds, 3));
+      internal::SendPacket(subscriber->socket.get(), &welcome, sizeof(welcome), fds, 4));
 
   epoll_event event{};
   event.events = EPOLLIN | EPOLLRDHUP;
@@ -469,7 +554,7 @@ Status PublisherImpl::Welcome(UniqueFd socket) {
   // if the history is longer than its queue).
   const size_t skip =
       history_count_ > added.ring.capacity() ? history_count_ - added.ring.capacity() : 0;
-  const Deadline no_wait(std::chrono::nanoseconds::zero());
+  LazyDeadline no_wait(std::chrono::nanoseconds::zero());
   for (size_t index = skip; index < history_count_ && !added.dead; ++index) {
     const uint32_t slot = history_[(history_start_ + index) % history_.size()];
     (void)Deliver(added, slot, no_wait, /*may_block=*/false);
@@ -516,7 +601,7 @@ void PublisherImpl::SweepDead() {
 
 Status PublisherImpl::Poll() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  last_event_check_ = Clock::now();
+  last_event_check_ns_ = internal::CoarseNowNs();
   FERRY_RETURN_NOT_OK(ProcessEvents(0));
   Reclaim();
   AnnounceSegments();
@@ -524,7 +609,24 @@ Status PublisherImpl::Poll() {
     if (!subscriber->dead) FlushBacklog(*subscriber);
   }
   SweepDead();
+  ArmReclaimFd();
   return Status::OK();
+}
+
+void PublisherImpl::ArmReclaimFd() {
+  if (!fd_waiters_.load(std::memory_order_relaxed)) return;
+  doorbell_->fd_armed.store(1, std::memory_order_seq_cst);
+  // Pairs with the subscribers' fence between pushing a token and looking at
+  // fd_armed: a token pushed before they could see the flag is seen here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (const auto& subscriber : subscribers_) {
+    if (!subscriber->dead && subscriber->releases.MaybePending()) {
+      const uint64_t one = 1;
+      ssize_t written = ::write(reclaim_fd_.get(), &one, sizeof(one));
+      (void)written;
+      return;
+    }
+  }
 }
 
 Status PublisherImpl::WaitForSubscribers(int count, std::chrono::nanoseconds timeout) {
@@ -532,7 +634,7 @@ Status PublisherImpl::WaitForSubscribers(int count, std::chrono::nanoseconds tim
   for (;;) {
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
-      last_event_check_ = Clock::now();
+      last_event_check_ns_ = internal::CoarseNowNs();
       FERRY_RETURN_NOT_OK(ProcessEvents(0));
       Reclaim();
       SweepDead();
@@ -736,8 +838,10 @@ Result<RecordBatchPtr> PublisherImpl::CopyIntoPool(const RecordBatch& batch) {
 }
 
 Status PublisherImpl::SendLocked(const RecordBatch& batch, const Metadata& metadata, bool copy) {
+  // Reclaiming waits until the message is on its way (it is not needed for
+  // it: a loan short of memory reclaims by itself), so that the latency of
+  // the message does not include freeing older ones.
   MaybeProcessEvents();
-  Reclaim();
 
   const RecordBatch* to_send = &batch;
   RecordBatchPtr copied;
@@ -797,7 +901,7 @@ Status PublisherImpl::SendLocked(const RecordBatch& batch, const Metadata& metad
   AddToHistory(slot);
   ++entries_[slot].references;  // ours, while delivering
 
-  const Deadline deadline(options_.send_timeout);
+  LazyDeadline deadline(options_.send_timeout);  // read from the clock only if a queue is full
   Status status;
   // Subscribers welcomed while we wait (appended at the end) are not visited:
   // they joined after this message (the history gives it to them if kept).
@@ -814,11 +918,12 @@ Status PublisherImpl::SendLocked(const RecordBatch& batch, const Metadata& metad
   stats_.bytes_sent += payload_bytes;
   if (stats_.bytes_copied == copied_before) telemetry::Add(telemetry::Counter::kZeroCopyExports);
   Unreference(slot);
+  Reclaim();
   SweepDead();
   return status;
 }
 
-Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, const Deadline& deadline,
+Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, LazyDeadline& deadline,
                               bool may_block) {
   InFlightEntry& entry = entries_[slot];
   Descriptor descriptor;
@@ -828,7 +933,7 @@ Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, const 
   descriptor.header_segment = entry.header_location.segment_id;
   descriptor.header_offset = entry.header_location.offset;
   descriptor.header_length = entry.header_location.length;
-  const bool blocking = may_block && options_.overflow == OverflowPolicy::kBlock;
+  const bool blocking = may_block && subscriber.overflow == OverflowPolicy::kBlock;
   if (subscriber.holds[slot] != 0) return Status::OK();  // it has it already (history)
 
   Status schema_status = EnsureSchemaSent(subscriber, entry.schema_id);
@@ -836,7 +941,7 @@ Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, const 
     MarkDead(subscriber, schema_status.message());
     return Status::OK();
   }
-  const auto spin_until = Clock::now() + options_.wait.spin;
+  std::optional<Clock::time_point> spin_until;  // set when the queue is first found full
   for (;;) {
     if (subscriber.dead || subscriber.closing) return Status::OK();
     const bool socket_ready = FlushBacklog(subscriber);
@@ -858,7 +963,7 @@ Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, const 
     }
     // Full (or its socket is backed up).
     if (!blocking) {
-      if (socket_ready && options_.overflow == OverflowPolicy::kDropOldest) {
+      if (socket_ready && subscriber.overflow == OverflowPolicy::kDropOldest) {
         Result<std::optional<uint64_t>> dropped = subscriber.ring.DropOldest();
         if (!dropped.ok()) {
           MarkDead(subscriber, dropped.status().message());
@@ -876,16 +981,17 @@ Status PublisherImpl::Deliver(SubscriberState& subscriber, uint32_t slot, const 
       ++stats_.dropped_newest;
       return Status::OK();
     }
-    if (deadline.Expired()) {
+    if (deadline.get().Expired()) {
       return Status::TimedOut("channel '" + name_ + "': subscriber pid " +
                               std::to_string(subscriber.pid) + " kept its queue of " +
                               std::to_string(subscriber.ring.capacity()) +
                               " messages full past send_timeout");
     }
-    if (Clock::now() < spin_until || options_.wait.busy_poll) {
+    if (!spin_until.has_value()) spin_until = Clock::now() + options_.wait.spin;
+    if (options_.wait.busy_poll || Clock::now() < *spin_until) {
       internal::CpuRelax();
     } else {
-      WaitOnDoorbell(deadline.Remaining(kWaitSlice), [&] {
+      WaitOnDoorbell(deadline.get().Remaining(kWaitSlice), [&] {
         Result<uint64_t> queued = subscriber.ring.Queued();
         return !queued.ok() || *queued < subscriber.ring.capacity() ||
                subscriber.releases.MaybePending();

@@ -113,7 +113,9 @@ Result<std::optional<Descriptor>> DescriptorConsumer::TryPop(
     }
     if (head == tail) return std::optional<Descriptor>();
     const Descriptor descriptor = LoadDescriptor(slots_[tail % capacity_]);
-    if (!indices_->tail.compare_exchange_strong(tail, tail + 1, std::memory_order_acq_rel,
+    // seq_cst: the subscriber's doorbell check after a claim relies on it
+    // (SubscriberChannel::RingDoorbellAfterClaim).
+    if (!indices_->tail.compare_exchange_strong(tail, tail + 1, std::memory_order_seq_cst,
                                                 std::memory_order_acquire)) {
       continue;  // dropped by the producer while we read it
     }

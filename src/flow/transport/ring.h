@@ -106,7 +106,7 @@ class DescriptorConsumer {
   // the shared indices are inconsistent or a claimed slot's sequence stamp
   // does not match; in the latter case the slot was claimed all the same and
   // `claimed_on_error` (if given) receives it, so that its message can be
-  // handed back.
+  // handed back. The claim (a CAS on the tail) is sequentially consistent.
   Result<std::optional<Descriptor>> TryPop(std::optional<Descriptor>* claimed_on_error = nullptr);
   // True when a descriptor may be waiting (no validation; a cheap peek).
   bool MaybeNonEmpty() const;

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "ferry/telemetry/telemetry.h"
+#include "flow/transport/device_transport.h"
 #include "flow/transport/subscriber_impl.h"
 #include "flow/transport/wire.h"
 
@@ -62,8 +65,10 @@ std::string Quoted(const std::string& name) { return "channel '" + name + "'"; }
 }  // namespace
 
 SubscriberChannel::SubscriberChannel(UniqueFd socket, Mapping control, Mapping doorbell,
-                                     uint32_t ring_capacity, uint32_t release_capacity)
+                                     UniqueFd reclaim_fd, uint32_t ring_capacity,
+                                     uint32_t release_capacity)
     : socket_(std::move(socket)),
+      reclaim_fd_(std::move(reclaim_fd)),
       control_mapping_(std::move(control)),
       doorbell_mapping_(std::move(doorbell)),
       view_(ViewControl(control_mapping_.data(), ring_capacity)),
@@ -106,7 +111,7 @@ void SubscriberChannel::Release(uint64_t message_id, uint32_t entry_slot) noexce
     }
   } catch (...) {
   }
-  RingDoorbell();
+  RingDoorbell(/*released=*/true);
 }
 
 void SubscriberChannel::FlushSpilled() noexcept {
@@ -116,23 +121,69 @@ void SubscriberChannel::FlushSpilled() noexcept {
     FlushSpilledLocked();
   } catch (...) {
   }
-  RingDoorbell();
+  RingDoorbell(/*released=*/true);
 }
 
-void SubscriberChannel::RingDoorbell() noexcept {
-  // Pairs with the publisher's "I wait" store and its last look at the rings.
+void SubscriberChannel::RingDoorbell(bool released) noexcept {
+  // Pairs with the publisher's "I wait" (or "fd armed") store and its last
+  // look at the rings.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (doorbell_->publisher_waiting.load(std::memory_order_relaxed) != 0) {
     doorbell_->wake_futex.fetch_add(1, std::memory_order_release);
     FutexWake(&doorbell_->wake_futex);
   }
+  if (released && reclaim_fd_.valid() && doorbell_->fd_armed.load(std::memory_order_relaxed) != 0 &&
+      doorbell_->fd_armed.exchange(0, std::memory_order_acq_rel) != 0) {
+    const uint64_t one = 1;
+    ssize_t written = ::write(reclaim_fd_.get(), &one, sizeof(one));
+    (void)written;  // a full counter is readable already
+  }
 }
+
+void SubscriberChannel::RingDoorbellAfterClaim() noexcept {
+  // The claim was a sequentially consistent read-modify-write of the tail,
+  // which orders it before this load as RingDoorbell's fence would (and
+  // costs nothing more on x86, where the fence is a separate instruction).
+  if (doorbell_->publisher_waiting.load(std::memory_order_seq_cst) != 0) {
+    doorbell_->wake_futex.fetch_add(1, std::memory_order_release);
+    FutexWake(&doorbell_->wake_futex);
+  }
+}
+
+namespace {
+
+// A descriptor the publisher passed as its reclaim eventfd, if it is one
+// (anything else is closed: writing into a foreign file is not our business).
+UniqueFd CheckedEventfd(UniqueFd fd) {
+  char target[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd.get());
+  const ssize_t length = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  if (length <= 0 ||
+      std::string_view(target, static_cast<size_t>(length)) != "anon_inode:[eventfd]") {
+    return UniqueFd();
+  }
+  if (::fcntl(fd.get(), F_SETFL, O_NONBLOCK) != 0) return UniqueFd();
+  return fd;
+}
+
+}  // namespace
 
 // ---- Connect ---------------------------------------------------------------
 
 Result<std::unique_ptr<Subscriber>> SubscriberImpl::Connect(const std::string& name,
                                                             SubscriberOptions options) {
   FERRY_RETURN_NOT_OK(ValidateChannelName(name));
+  if (options.queue_capacity > kMaxRingCapacity) {
+    return Status::Invalid("queue_capacity must be in [1, " + std::to_string(kMaxRingCapacity) +
+                           "] (or 0 for the publisher's), got " +
+                           std::to_string(options.queue_capacity));
+  }
+  if (options.overflow.has_value() && *options.overflow != OverflowPolicy::kBlock &&
+      *options.overflow != OverflowPolicy::kDropOldest &&
+      *options.overflow != OverflowPolicy::kDropNewest) {
+    return Status::Invalid("unknown overflow policy " +
+                           std::to_string(static_cast<int>(*options.overflow)));
+  }
   const Deadline deadline(options.connect_timeout);
   UniqueFd socket;
   for (;;) {
@@ -155,9 +206,13 @@ Result<std::unique_ptr<Subscriber>> SubscriberImpl::Connect(const std::string& n
   hello.kind = static_cast<uint16_t>(PacketKind::kHello);
   hello.values[0] = static_cast<uint64_t>(::getpid());
   hello.values[1] = kProtocolVersion;
+  hello.values[2] = options.queue_capacity;
+  hello.values[3] = options.overflow.has_value() ? static_cast<uint64_t>(*options.overflow) + 1 : 0;
   FERRY_RETURN_NOT_OK(SendPacket(socket.get(), &hello, sizeof(hello), nullptr, 0));
 
   Packet welcome;
+  // Room for a refusal's reason too.
+  alignas(Packet) uint8_t answer[sizeof(Packet) + kMaxRefusalReason];
   ReceivedPacket received;
   for (;;) {
     const int fd = socket.get();
@@ -165,7 +220,7 @@ Result<std::unique_ptr<Subscriber>> SubscriberImpl::Connect(const std::string& n
     PollReadable(
         &fd, 1,
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()));
-    FERRY_ASSIGN_OR_RAISE(received, ReceivePacket(fd, &welcome, sizeof(welcome)));
+    FERRY_ASSIGN_OR_RAISE(received, ReceivePacket(fd, answer, sizeof(answer)));
     if (received.closed) {
       return Status::IOError("the publisher of " + Quoted(name) +
                              " hung up during the handshake (too many subscribers?)");
@@ -178,9 +233,24 @@ Result<std::unique_ptr<Subscriber>> SubscriberImpl::Connect(const std::string& n
     }
   }
   const std::string where = "handshake on " + Quoted(name) + ": ";
+  if (received.size >= sizeof(Packet)) std::memcpy(&welcome, answer, sizeof(Packet));
+  if (!received.truncated && received.size >= sizeof(Packet) && welcome.magic == kPacketMagic &&
+      welcome.version == kProtocolVersion &&
+      welcome.kind == static_cast<uint16_t>(PacketKind::kRefused)) {
+    const size_t length = std::min<size_t>(received.size - sizeof(Packet), kMaxRefusalReason);
+    std::string reason(reinterpret_cast<const char*>(answer) + sizeof(Packet), length);
+    for (char& each : reason) {
+      if (static_cast<unsigned char>(each) < 0x20 || static_cast<unsigned char>(each) > 0x7e) {
+        each = '?';
+      }
+    }
+    return Status::Invalid("the publisher of " + Quoted(name) +
+                           " refused this subscriber: " + reason);
+  }
   if (received.truncated || received.size != sizeof(Packet) || welcome.magic != kPacketMagic ||
       welcome.version != kProtocolVersion ||
-      welcome.kind != static_cast<uint16_t>(PacketKind::kWelcome) || received.fd_count != 3) {
+      welcome.kind != static_cast<uint16_t>(PacketKind::kWelcome) ||
+      (received.fd_count != 3 && received.fd_count != 4)) {
     return Status::Invalid(where + "malformed welcome packet");
   }
   const uint64_t ring_capacity = welcome.values[0];
@@ -234,8 +304,10 @@ Result<std::unique_ptr<Subscriber>> SubscriberImpl::Connect(const std::string& n
   FERRY_RETURN_NOT_OK(watch(socket_fd, EPOLLIN | EPOLLRDHUP));
   FERRY_RETURN_NOT_OK(watch(subscriber->pidfd_.get(), EPOLLIN));
 
+  UniqueFd reclaim_fd;
+  if (received.fd_count == 4) reclaim_fd = CheckedEventfd(std::move(received.fds[3]));
   subscriber->channel_ = std::make_shared<SubscriberChannel>(
-      std::move(socket), std::move(control), std::move(doorbell),
+      std::move(socket), std::move(control), std::move(doorbell), std::move(reclaim_fd),
       static_cast<uint32_t>(ring_capacity), static_cast<uint32_t>(release_capacity));
   const ControlView view = subscriber->channel_->control();
   subscriber->consumer_ = DescriptorConsumer(&view.block->descriptors, view.descriptors,
@@ -256,7 +328,7 @@ SubscriberImpl::~SubscriberImpl() {
     DrainQueueOnClose();
   } catch (...) {
   }
-  channel_->RingDoorbell();
+  channel_->RingDoorbell(/*released=*/true);
 }
 
 void SubscriberImpl::DrainQueueOnClose() {
@@ -422,7 +494,7 @@ Result<std::optional<Message>> SubscriberImpl::TryReceiveOnce() {
   }
   if (!popped->has_value()) return std::optional<Message>();
   const Descriptor descriptor = **popped;
-  channel_->RingDoorbell();  // there is room in the ring now
+  channel_->RingDoorbellAfterClaim();  // there is room in the ring now
   // From here on, any failure drops the token, which gives the message back.
   auto token = std::make_shared<DropToken>(channel_, descriptor.message_id, descriptor.entry_slot);
   // Built only on the error path.
@@ -462,6 +534,9 @@ Result<std::optional<Message>> SubscriberImpl::TryReceiveOnce() {
                          std::move(token), &message.metadata);
   if (!batch.ok()) return batch.status().WithPrefix(where());
   message.batch = std::move(*batch);
+  if (Status resolved = ResolveDeviceMessage(&message); !resolved.ok()) {
+    return resolved.WithPrefix(where());  // the prefix is built on failure only
+  }
   message.sequence = descriptor.message_id;
   ++stats_.received;
   telemetry::Add(telemetry::Counter::kZeroCopyImports);
@@ -478,11 +553,12 @@ Result<std::optional<Message>> SubscriberImpl::TryReceive() {
 }
 
 Result<Message> SubscriberImpl::Receive(std::chrono::nanoseconds timeout) {
-  const Deadline deadline(timeout);
+  LazyDeadline lazy_deadline(timeout);  // no clock read when a message is waiting
   ControlBlock* block = channel_->control().block;
   for (;;) {
     FERRY_ASSIGN_OR_RAISE(std::optional<Message> message, TryReceiveOnce());
     if (message.has_value()) return std::move(*message);
+    const Deadline& deadline = lazy_deadline.get();
     const bool busy = options_.wait.busy_poll;
     if (CheckPublisherGone(/*force=*/!busy)) {
       // What it pushed before it went is still ours to read.
@@ -498,8 +574,9 @@ Result<Message> SubscriberImpl::Receive(std::chrono::nanoseconds timeout) {
              block->announcements.load(std::memory_order_relaxed) != seen_announcements_;
     };
     if (busy) {
-      const Deadline slice(kLivenessInterval);
-      while (!ready() && !slice.Expired() && !deadline.Expired()) CpuRelax();
+      // Polls the ring back to back (the clock only every few dozen polls),
+      // for at most a liveness interval.
+      (void)SpinUntil(ready, kLivenessInterval, deadline);
       continue;
     }
     if (SpinUntil(ready, options_.wait.spin, deadline)) continue;

@@ -33,8 +33,10 @@ using MappedSegmentPtr = std::shared_ptr<const MappedSegment>;
 // more.
 class SubscriberChannel {
  public:
-  SubscriberChannel(UniqueFd socket, Mapping control, Mapping doorbell, uint32_t ring_capacity,
-                    uint32_t release_capacity);
+  // `reclaim_fd` (may be invalid): the publisher's eventfd to write when it
+  // armed Doorbell::fd_armed and a token came back.
+  SubscriberChannel(UniqueFd socket, Mapping control, Mapping doorbell, UniqueFd reclaim_fd,
+                    uint32_t ring_capacity, uint32_t release_capacity);
 
   int socket_fd() const { return socket_.get(); }
   ControlView control() const { return view_; }
@@ -49,8 +51,13 @@ class SubscriberChannel {
   void Release(uint64_t message_id, uint32_t entry_slot) noexcept;
   // Pushes spilled tokens if there is room now.
   void FlushSpilled() noexcept;
-  // Wakes the publisher if it sleeps on the doorbell (waiting for room or memory).
-  void RingDoorbell() noexcept;
+  // Wakes the publisher if it sleeps on the doorbell (waiting for room or
+  // memory); after returning tokens (`released`), also writes its reclaim
+  // eventfd if it asked for that.
+  void RingDoorbell(bool released) noexcept;
+  // The same right after the descriptor ring's tail was claimed (a seq_cst
+  // read-modify-write, see DescriptorConsumer::TryPop): skips the fence.
+  void RingDoorbellAfterClaim() noexcept;
   // Set when the publisher corrupted the release ring: tokens are dropped.
   bool broken() const { return broken_.load(std::memory_order_relaxed); }
 
@@ -59,6 +66,7 @@ class SubscriberChannel {
   void FlushSpilledLocked();
 
   UniqueFd socket_;
+  UniqueFd reclaim_fd_;
   Mapping control_mapping_;
   Mapping doorbell_mapping_;
   ControlView view_;

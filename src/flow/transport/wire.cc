@@ -734,7 +734,9 @@ Result<RecordBatchPtr> DecodeHeader(const uint8_t* header, int64_t header_size,
 
   Result<RecordBatchPtr> batch = RecordBatch::Make(schema, prefix.num_rows, std::move(columns));
   if (!batch.ok()) return batch.status().WithPrefix("message header: ");
-  const Status valid = options.validate_full ? ValidateFull(**batch) : ValidateStructural(**batch);
+  const Status valid = options.payload_on_device ? ValidateLayout(**batch)
+                       : options.validate_full   ? ValidateFull(**batch)
+                                                 : ValidateStructural(**batch);
   if (!valid.ok()) return valid.WithPrefix("message header: ");
   if (message_metadata_out != nullptr) *message_metadata_out = std::move(message_metadata);
   return batch;

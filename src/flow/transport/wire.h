@@ -167,6 +167,10 @@ struct DecodeOptions {
   // Also run ValidateFull (O(values): offsets, UTF-8, indices, ...), which
   // reads payload bytes; the default checks the structure only.
   bool validate_full = false;
+  // The buffers are device memory that the host must not read: only
+  // ValidateLayout runs (validate_full is ignored), and nothing of the
+  // payload is dereferenced.
+  bool payload_on_device = false;
 };
 
 // Rebuilds the record batch a header describes, against `schema` (the

@@ -1,0 +1,180 @@
+// The `ferry` command:
+//   ferry run FILE [--name N] [--log-dir D] [--summary-json F] [--allow-cycles]
+//   ferry check FILE [--allow-cycles]
+//   ferry stop RUN_ID [--timeout S]
+//   ferry runtime            (started by `ferry run` for runtime nodes)
+//   ferry version
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ferry/flow/dataflow.h"
+#include "flow/daemon/daemon.h"
+#include "flow/operator/runtime_main.h"
+
+namespace {
+
+using ferry::flow::Dataflow;
+using ferry::flow::InputSource;
+using ferry::flow::InputSpec;
+using ferry::flow::NodeSpec;
+
+int Fail(const std::string& message) {
+  std::cerr << "ferry: " << message << "\n";
+  return 1;
+}
+
+std::string DescribeInput(const InputSpec& input) {
+  std::string text = input.id + " <- " + input.source.text;
+  if (input.source.kind == InputSource::Kind::kOutput &&
+      (input.queue_size != 64 || input.overflow != "block")) {
+    text += " (queue " + std::to_string(input.queue_size) + ", " + input.overflow + ")";
+  }
+  return text;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text.empty() ? "-" : text;
+}
+
+void PrintGraph(const std::string& file, const Dataflow& dataflow) {
+  size_t edges = 0;
+  for (const NodeSpec& node : dataflow.nodes) {
+    for (const auto& input : node.inputs) edges += input.source.kind == InputSource::Kind::kOutput;
+    for (const auto& op : node.operators) {
+      for (const auto& input : op.inputs) edges += input.source.kind == InputSource::Kind::kOutput;
+    }
+  }
+  std::cout << file << ": ok, " << dataflow.nodes.size() << " node"
+            << (dataflow.nodes.size() == 1 ? "" : "s") << ", " << edges << " edge"
+            << (edges == 1 ? "" : "s") << "\n";
+  for (const NodeSpec& node : dataflow.nodes) {
+    std::cout << "  node " << node.id;
+    if (node.is_runtime()) {
+      std::cout << " (runtime, " << node.operators.size() << " operator"
+                << (node.operators.size() == 1 ? "" : "s") << ")";
+    } else {
+      std::cout << " (" << (node.python ? "python " : "") << node.path;
+      for (const auto& arg : node.args) std::cout << " " << arg;
+      std::cout << ")";
+    }
+    std::cout << "  restart: " << ferry::flow::RestartPolicyName(node.restart);
+    if (node.restart != ferry::flow::RestartPolicy::kNever) {
+      std::cout << " (max " << node.max_restarts << ")";
+    }
+    std::cout << "\n";
+    auto print_ports = [](const std::string& indent, const std::vector<InputSpec>& inputs,
+                          const std::vector<std::string>& outputs) {
+      for (const auto& input : inputs)
+        std::cout << indent << "input  " << DescribeInput(input) << "\n";
+      if (!outputs.empty()) std::cout << indent << "outputs " << Join(outputs) << "\n";
+    };
+    print_ports("    ", node.inputs, node.outputs);
+    for (const auto& op : node.operators) {
+      std::cout << "    operator " << op.id << " ("
+                << (op.kind == ferry::flow::OperatorSpec::Kind::kPython ? "python " : "library ")
+                << op.path << ")\n";
+      print_ports("      ", op.inputs, op.outputs);
+    }
+  }
+}
+
+ferry::Result<Dataflow> Load(const std::string& file, bool allow_cycles) {
+  ferry::flow::ParseOptions options;
+  options.allow_cycles = allow_cycles;
+  return ferry::flow::ParseDataflow(file, options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `ferry runtime` hands its arguments over untouched.
+  if (argc >= 2 && std::string(argv[1]) == "runtime") {
+    return ferry::flow::RunOperatorRuntime(argc - 1, argv + 1);
+  }
+
+  CLI::App app{"Ferry: zero-copy dataflows of Arrow data", "ferry"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every command");
+
+  std::string file;
+  bool allow_cycles = false;
+  ferry::flow::daemon::DaemonOptions run_options;
+  double start_timeout_s = 60;
+
+  CLI::App* run = app.add_subcommand("run", "Run a dataflow until it ends or is stopped");
+  run->add_option("file", file, "The dataflow descriptor (dataflow.yml)")->required();
+  run->add_option("--name", run_options.run_name,
+                  "Run id (default df-<pid>-<hex>); `ferry stop` uses it");
+  run->add_option("--log-dir", run_options.log_dir,
+                  "Directory for the nodes' log files (default .ferry/logs/<run id>)");
+  run->add_option("--summary-json", run_options.summary_json,
+                  "Also write the summary as JSON to this file");
+  run->add_flag("--allow-cycles", allow_cycles, "Accept feedback loops between nodes");
+  run->add_option("--start-timeout", start_timeout_s,
+                  "Seconds the nodes may take to become ready (default 60)")
+      ->check(CLI::Range(0.001, 86400.0));
+
+  CLI::App* check = app.add_subcommand("check", "Validate a dataflow and print its graph");
+  check->add_option("file", file, "The dataflow descriptor (dataflow.yml)")->required();
+  check->add_flag("--allow-cycles", allow_cycles, "Accept feedback loops between nodes");
+
+  std::string run_id;
+  double stop_timeout_s = 60;
+  CLI::App* stop = app.add_subcommand("stop", "Stop a running dataflow and wait for it to end");
+  stop->add_option("run_id", run_id, "The run id `ferry run` printed (or its --name)")->required();
+  stop->add_option("--timeout", stop_timeout_s,
+                   "Seconds to wait for the dataflow to end (0: do not wait; default 60)")
+      ->check(CLI::Range(0.0, 86400.0));
+
+  app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
+  CLI::App* version = app.add_subcommand("version", "Print the version");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : 2;
+  }
+
+  if (version->parsed()) {
+    std::cout << "ferry " << FERRY_VERSION << "\n";
+    return 0;
+  }
+  if (check->parsed()) {
+    auto dataflow = Load(file, allow_cycles);
+    if (!dataflow.ok()) {
+      std::cerr << dataflow.status().message() << "\n";
+      return 1;
+    }
+    PrintGraph(file, *dataflow);
+    return 0;
+  }
+  if (stop->parsed()) {
+    auto status = ferry::flow::daemon::StopDataflow(
+        run_id, std::chrono::milliseconds(static_cast<int64_t>(stop_timeout_s * 1000)));
+    if (!status.ok()) return Fail(status.message());
+    std::cout << "dataflow " << run_id << (stop_timeout_s > 0 ? " stopped" : " is stopping")
+              << "\n";
+    return 0;
+  }
+  if (run->parsed()) {
+    auto dataflow = Load(file, allow_cycles);
+    if (!dataflow.ok()) {
+      std::cerr << dataflow.status().message() << "\n";
+      return 1;
+    }
+    run_options.start_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(start_timeout_s * 1000));
+    run_options.out = &std::cout;
+    run_options.err = &std::cerr;
+    auto summary = ferry::flow::daemon::RunDataflow(*dataflow, run_options);
+    if (!summary.ok()) return Fail(summary.status().message());
+    return summary->exit_code;
+  }
+  return Fail("no command given (try `ferry --help`)");
+}

@@ -1,0 +1,359 @@
+// The C++ operator helper (ferry/flow/operator.h): the bodies of the C entry
+// points that FERRY_EXPORT_OPERATOR defines. This file is linked into every
+// operator library, so each library holds its own copy of Ferry's code; what
+// must be one per runtime is taken from the host instead: its devices (so
+// that events and memory are valid across operators) and its telemetry
+// (copies made here are forwarded to the host's counters).
+#include "ferry/flow/operator.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/device/negotiate.h"
+#include "ferry/exchange/bridge.h"
+#include "ferry/telemetry/telemetry.h"
+#include "flow/operator/metadata_json.h"
+
+namespace ferry::flow {
+namespace internal {
+namespace {
+
+using device::DeviceRegistry;
+using device::DeviceType;
+
+// What this copy of Ferry learned about its host, once per library.
+struct HostLink {
+  std::mutex mutex;
+  bool linked = false;
+  // The host is this very copy (the operator was linked into the runtime):
+  // nothing to share, nothing to forward.
+  bool same_copy = false;
+  // Telemetry values already forwarded, per counter and per fallback reason.
+  std::vector<int64_t> forwarded_counters;
+  std::vector<int64_t> forwarded_fallbacks;
+};
+
+HostLink& Link() {
+  static auto* link = new HostLink();  // never destroyed: release callbacks may outlive main
+  return *link;
+}
+
+// Replaces each device of this copy's registry with the host's object for
+// the same (type, id), so that every device call lands in the host's code.
+Status LinkToHost(const FerryOperatorHost* host) {
+  HostLink& link = Link();
+  std::lock_guard<std::mutex> lock(link.mutex);
+  if (link.linked) return Status::OK();
+  if (host->abi_version < 1 || host->cxx_tag == nullptr || host->get_device == nullptr) {
+    return Status::Invalid("the runtime does not offer its devices to C++ operators");
+  }
+  if (std::strcmp(host->cxx_tag, FERRY_OPERATOR_CXX_TAG) != 0) {
+    return Status::Invalid(std::string("this operator was built with Ferry's C++ helper '") +
+                           FERRY_OPERATOR_CXX_TAG + "' but the runtime has '" + host->cxx_tag +
+                           "': rebuild it against the runtime's Ferry (operators written "
+                           "against the C ABI alone have no such constraint)");
+  }
+  DeviceRegistry& registry = DeviceRegistry::Global();
+  for (device::Device* local : registry.Present()) {
+    FerryOperatorDevice described{};
+    if (host->get_device(host->context, static_cast<int32_t>(local->type()), local->id(),
+                         &described) != 0 ||
+        described.cxx_device == nullptr) {
+      continue;  // a device only this copy found: it stays this copy's own
+    }
+    auto* shared = static_cast<device::Device*>(described.cxx_device);
+    if (shared == local) {
+      link.same_copy = true;
+      break;
+    }
+    // The host owns the device; the registry only borrows it.
+    registry.Register(std::shared_ptr<device::Device>(shared, [](device::Device*) {}));
+  }
+  link.forwarded_counters.assign(static_cast<size_t>(telemetry::Counter::kCount), 0);
+  link.forwarded_fallbacks.assign(static_cast<size_t>(telemetry::FallbackReason::kCount), 0);
+  for (size_t i = 0; i < link.forwarded_counters.size(); ++i) {
+    link.forwarded_counters[i] = telemetry::Get(static_cast<telemetry::Counter>(i));
+  }
+  for (size_t i = 0; i < link.forwarded_fallbacks.size(); ++i) {
+    link.forwarded_fallbacks[i] = telemetry::GetFallback(static_cast<telemetry::FallbackReason>(i));
+  }
+  link.linked = true;
+  return Status::OK();
+}
+
+// Adds what this copy counted since the last call to the host's counters.
+void ForwardTelemetry(const FerryOperatorHost* host) {
+  HostLink& link = Link();
+  std::lock_guard<std::mutex> lock(link.mutex);
+  if (!link.linked || link.same_copy || host->add_telemetry == nullptr) return;
+  for (size_t i = 0; i < link.forwarded_counters.size(); ++i) {
+    const auto counter = static_cast<telemetry::Counter>(i);
+    const int64_t now = telemetry::Get(counter);
+    if (now != link.forwarded_counters[i]) {
+      host->add_telemetry(host->context, telemetry::CounterName(counter),
+                          now - link.forwarded_counters[i]);
+      link.forwarded_counters[i] = now;
+    }
+  }
+  for (size_t i = 0; i < link.forwarded_fallbacks.size(); ++i) {
+    const auto reason = static_cast<telemetry::FallbackReason>(i);
+    const int64_t now = telemetry::GetFallback(reason);
+    if (now != link.forwarded_fallbacks[i]) {
+      const std::string name = std::string("fallback_") + telemetry::FallbackReasonName(reason);
+      host->add_telemetry(host->context, name.c_str(), now - link.forwarded_fallbacks[i]);
+      link.forwarded_fallbacks[i] = now;
+    }
+  }
+}
+
+int Fail(const Status& status, char* error, size_t error_size) {
+  WriteError(error, error_size, status.message().c_str());
+  return FERRY_OPERATOR_ERROR;
+}
+
+int Code(const Result<OperatorStatus>& result, char* error, size_t error_size) {
+  if (!result.ok()) return Fail(result.status(), error, error_size);
+  return static_cast<int>(*result);
+}
+
+}  // namespace
+
+// One operator instance and what the helper keeps for it.
+class OperatorAdapter {
+ public:
+  OperatorAdapter(std::unique_ptr<Operator> op, const FerryOperatorHost* host)
+      : op_(std::move(op)), host_(host), id_(host->operator_id ? host->operator_id : "") {
+    op_->adapter_ = this;
+  }
+
+  ~OperatorAdapter() {
+    op_.reset();
+    // Work still queued may use memory the operator held: finish it first.
+    for (auto& [device, queue] : queues_) (void)queue->Synchronize();
+    queues_.clear();
+  }
+
+  Operator& op() { return *op_; }
+  const FerryOperatorHost* host() const { return host_; }
+  const std::string& id() const { return id_; }
+
+  Result<device::Queue*> GetQueue(device::Device* device) {
+    if (device == nullptr) return Status::Invalid("GetQueue needs a device");
+    auto found = queues_.find(device);
+    if (found != queues_.end()) return found->second.get();
+    FERRY_ASSIGN_OR_RAISE(device::QueuePtr queue, device->CreateQueue());
+    device::Queue* raw = queue.get();
+    queues_.emplace(device, std::move(queue));
+    return raw;
+  }
+
+  Result<OperatorStatus> DeliverInput(const FerryOperatorEvent& event) {
+    if (event.array == nullptr || event.schema == nullptr ||
+        event.array->array.release == nullptr) {
+      return Status::Invalid("an INPUT event without a batch");
+    }
+    const std::string input = event.id ? event.id : "";
+    FERRY_ASSIGN_OR_RAISE(SchemaPtr schema, ImportSchema(event.schema));
+    FERRY_ASSIGN_OR_RAISE(DeviceType type, device::DeviceTypeFromCode(event.array->device_type));
+    FERRY_ASSIGN_OR_RAISE(device::Device * device,
+                          DeviceRegistry::Global().Get(type, event.array->device_id));
+    device::ImportOptions options;
+    if (op_->input_wait() == Operator::InputWait::kDevice && !device->host_accessible()) {
+      FERRY_ASSIGN_OR_RAISE(options.queue, GetQueue(device));
+    }
+    FERRY_ASSIGN_OR_RAISE(device::DeviceArray array,
+                          device::ImportDeviceArray(event.array, struct_(schema->fields), options));
+    FERRY_ASSIGN_OR_RAISE(RecordBatchPtr batch,
+                          RecordBatch::FromStructArray(array.data, schema->metadata));
+    FERRY_ASSIGN_OR_RAISE(Metadata metadata, MetadataFromJson(event.metadata_json));
+    op_->sequence_ = event.sequence;
+    return op_->OnInput(input, device::DeviceBatch{std::move(batch), array.device, array.event},
+                        metadata);
+  }
+
+  Status Send(const std::string& output, const device::DeviceBatch& batch,
+              const Metadata& metadata) {
+    if (batch.batch == nullptr) return Status::Invalid("SendOutput needs a batch");
+    device::Device* device = batch.device ? batch.device : DeviceRegistry::Global().cpu();
+    ArrowDeviceArray c_array;
+    FERRY_RETURN_NOT_OK(device::ExportDeviceArray(
+        device::DeviceArray{batch.batch->ToStructArray(), device, batch.event}, &c_array));
+    ArrowSchema c_schema;
+    Status exported = ExportSchema(*batch.batch->schema(), &c_schema);
+    if (!exported.ok()) {
+      c_array.array.release(&c_array.array);
+      return exported;
+    }
+    const std::string metadata_json = MetadataToJson(metadata);
+    const int code = host_->send_output(host_->context, output.c_str(), &c_array, &c_schema,
+                                        metadata_json.c_str());
+    c_schema.release(&c_schema);
+    // The host moves the array even on error; a host that did not is covered.
+    if (c_array.array.release != nullptr) c_array.array.release(&c_array.array);
+    if (code != 0) {
+      const char* message = host_->last_error ? host_->last_error(host_->context) : nullptr;
+      return Status::FromErrno(
+          code, "sending on output '" + output + "': " + (message ? message : "failed"));
+    }
+    return Status::OK();
+  }
+
+ private:
+  std::unique_ptr<Operator> op_;
+  const FerryOperatorHost* host_;
+  std::string id_;
+  std::map<device::Device*, device::QueuePtr> queues_;
+};
+
+void WriteError(char* error, size_t size, const char* message) noexcept {
+  if (error == nullptr || size == 0) return;
+  if (message == nullptr) message = "";
+  const size_t length = std::min(std::strlen(message), size - 1);
+  std::memcpy(error, message, length);
+  error[length] = '\0';
+}
+
+void WriteException(char* error, size_t size, std::exception_ptr exception) noexcept {
+  try {
+    std::rethrow_exception(std::move(exception));
+  } catch (const std::exception& caught) {
+    WriteError(error, size, (std::string("C++ exception: ") + caught.what()).c_str());
+  } catch (...) {
+    WriteError(error, size, "unknown C++ exception");
+  }
+}
+
+int OperatorInit(OperatorFactory make, const FerryOperatorHost* host, const char* config_json,
+                 void** state, char* error, size_t error_size) {
+  try {
+    if (host == nullptr || state == nullptr) {
+      return Fail(Status::Invalid("init needs a host and a state pointer"), error, error_size);
+    }
+    *state = nullptr;
+    if (host->abi_version != FERRY_OPERATOR_ABI_VERSION) {
+      return Fail(
+          Status::Invalid("the runtime speaks operator ABI " + std::to_string(host->abi_version) +
+                          ", this operator " + std::to_string(FERRY_OPERATOR_ABI_VERSION)),
+          error, error_size);
+    }
+    Status linked = LinkToHost(host);
+    if (!linked.ok()) return Fail(linked, error, error_size);
+    auto adapter = std::make_unique<OperatorAdapter>(make(), host);
+    Status initialised = adapter->op().Init(config_json ? config_json : "{}");
+    ForwardTelemetry(host);
+    if (!initialised.ok()) return Fail(initialised, error, error_size);
+    *state = adapter.release();
+    return 0;
+  } catch (...) {
+    WriteException(error, error_size, std::current_exception());
+    return FERRY_OPERATOR_ERROR;
+  }
+}
+
+int OperatorOnEvent(void* state, const FerryOperatorEvent* event, char* error, size_t error_size) {
+  try {
+    if (state == nullptr || event == nullptr) {
+      return Fail(Status::Invalid("on_event needs the state and an event"), error, error_size);
+    }
+    auto* adapter = static_cast<OperatorAdapter*>(state);
+    const std::string id = event->id ? event->id : "";
+    int code = FERRY_OPERATOR_CONTINUE;
+    switch (event->type) {
+      case FERRY_EVENT_INPUT:
+        code = Code(adapter->DeliverInput(*event), error, error_size);
+        break;
+      case FERRY_EVENT_INPUT_CLOSED:
+        code = Code(adapter->op().OnInputClosed(id), error, error_size);
+        break;
+      case FERRY_EVENT_STOP: {
+        Status stopped = adapter->op().OnStop(id);
+        code = stopped.ok() ? FERRY_OPERATOR_STOP : Fail(stopped, error, error_size);
+        break;
+      }
+      case FERRY_EVENT_ERROR:
+        code = Code(adapter->op().OnError(event->error ? event->error : ""), error, error_size);
+        break;
+      default:
+        break;  // event types of later ABI versions: nothing to do
+    }
+    ForwardTelemetry(adapter->host());
+    return code;
+  } catch (...) {
+    WriteException(error, error_size, std::current_exception());
+    return FERRY_OPERATOR_ERROR;
+  }
+}
+
+void OperatorDrop(void* state) {
+  auto* adapter = static_cast<OperatorAdapter*>(state);
+  if (adapter == nullptr) return;
+  const FerryOperatorHost* host = adapter->host();
+  delete adapter;
+  ForwardTelemetry(host);
+}
+
+}  // namespace internal
+
+using device::DeviceRegistry;
+
+Status Operator::SendOutput(const std::string& output, const device::DeviceBatch& batch,
+                            const Metadata& metadata) {
+  if (adapter_ == nullptr) {
+    return Status::Invalid("SendOutput is for the event methods (not the constructor)");
+  }
+  return adapter_->Send(output, batch, metadata);
+}
+
+Status Operator::SendOutput(const std::string& output, const RecordBatch& batch,
+                            const Metadata& metadata) {
+  // The batch is shared from here on: an aliasing pointer that owns nothing.
+  RecordBatchPtr shared(std::shared_ptr<RecordBatch>(), const_cast<RecordBatch*>(&batch));
+  return SendOutput(output, device::DeviceBatch{shared, DeviceRegistry::Global().cpu(), nullptr},
+                    metadata);
+}
+
+Result<device::Device*> Operator::GetDevice(device::DeviceType type, int64_t id) {
+  return DeviceRegistry::Global().Get(type, type == device::DeviceType::kCpu ? -1 : id);
+}
+
+Result<device::Queue*> Operator::GetQueue(device::Device* device) {
+  if (adapter_ == nullptr) return Status::Invalid("GetQueue is for the event methods");
+  return adapter_->GetQueue(device);
+}
+
+Result<RecordBatchPtr> Operator::ToHost(const device::DeviceBatch& batch) {
+  if (batch.batch == nullptr) return Status::Invalid("ToHost needs a batch");
+  device::Device* device = batch.device ? batch.device : DeviceRegistry::Global().cpu();
+  if (device->host_accessible()) {
+    if (batch.event) FERRY_RETURN_NOT_OK(batch.event->Wait(std::chrono::seconds(30)));
+    return batch.batch;
+  }
+  device::ProducerInfo producer;
+  producer.device_type = device->type();
+  producer.device_id = device->id();
+  producer.event_kind = batch.event ? batch.event->kind() : device::EventKind::kNone;
+  device::ExchangePlan plan = device::Negotiate(producer, device::ConsumerCapabilities{});
+  if (plan.mode == device::ExchangeMode::kRefused) {
+    device::RecordPlan(plan);
+    return Status::NotImplemented(plan.explanation);
+  }
+  device::RecordPlan(plan);
+  FERRY_ASSIGN_OR_RAISE(
+      device::DeviceArray copied,
+      device::CopyArrayTo(device::DeviceArray{batch.batch->ToStructArray(), device, batch.event},
+                          DeviceRegistry::Global().cpu()));
+  if (copied.event) FERRY_RETURN_NOT_OK(copied.event->Wait(std::chrono::seconds(30)));
+  return RecordBatch::FromStructArray(copied.data, batch.batch->schema()->metadata);
+}
+
+const std::string& Operator::id() const {
+  static const std::string kNone;
+  return adapter_ ? adapter_->id() : kNone;
+}
+
+}  // namespace ferry::flow
