@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
 #include "ferry/exchange/type.h"
@@ -34,11 +35,8 @@
 
 namespace {
 
-int64_t NowNs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
-}
+using ferry::flow::bench::NowNs;
+using ferry::flow::bench::ReadNumber;
 
 // The value of "key" in the flat JSON object the benchmark writes as config
 // (strings without escapes, integers); empty when absent.
@@ -55,17 +53,6 @@ std::string ConfigValue(const std::string& json, const std::string& key) {
   }
   const size_t end = json.find_first_of(",} \t\n", start);
   return json.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
-
-int64_t ReadNumber(const ferry::Metadata& metadata, std::string_view key) {
-  for (const auto& [name, value] : metadata) {
-    if (name == key) {
-      int64_t number = -1;
-      std::from_chars(value.data(), value.data() + value.size(), number);
-      return number;
-    }
-  }
-  return -1;
 }
 
 class BenchOperator : public ferry::flow::Operator {

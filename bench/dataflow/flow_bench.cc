@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
 #include "ferry/exchange/status.h"
@@ -78,54 +79,6 @@ struct Options {
   bool quick = false;
   int timeout_seconds = 150;
 };
-
-int64_t NowNs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
-}
-
-// The sample counts of bench/transport/common.py.
-int LatencyIterations(int64_t size, bool quick) {
-  if (quick) return size <= 400 * 1024 ? 200 : 20;
-  if (size <= 40 * 1024) return 3000;
-  if (size <= 400 * 1024) return 1000;
-  if (size <= 4'000'000) return 300;
-  return 60;
-}
-
-[[noreturn]] void Fail(const std::string& what, const Status& status) {
-  std::fprintf(stderr, "ferry_flow_bench: %s: %s\n", what.c_str(), status.ToString().c_str());
-  std::fflush(stderr);
-  _exit(1);
-}
-
-template <typename T>
-T Check(Result<T> result, const char* what) {
-  if (!result.ok()) Fail(what, result.status());
-  return result.MoveValueUnsafe();
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Fail(what, status);
-}
-
-void WriteNumber(std::string& out, int64_t value) {
-  out.resize(24);
-  const char* end = std::to_chars(out.data(), out.data() + out.size(), value).ptr;
-  out.resize(static_cast<size_t>(end - out.data()));
-}
-
-int64_t ReadNumber(const Metadata& metadata, std::string_view key) {
-  for (const auto& [name, value] : metadata) {
-    if (name == key) {
-      int64_t number = -1;
-      std::from_chars(value.data(), value.data() + value.size(), number);
-      return number;
-    }
-  }
-  return -1;
-}
 
 // A uint8 array of `size` bytes from `pool`; only its first 8 bytes (the
 // sequence number) are written here.
@@ -156,12 +109,6 @@ struct Record {
   std::vector<int64_t> latencies_ns;
   int64_t bad = 0;
 };
-
-double Percentile(const std::vector<int64_t>& sorted, double q) {
-  if (sorted.empty()) return NAN;
-  const size_t rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(q * sorted.size())));
-  return static_cast<double>(sorted[std::min(rank, sorted.size()) - 1]);
-}
 
 std::string ToJson(const Record& record) {
   std::vector<int64_t> sorted = record.latencies_ns;
@@ -194,24 +141,6 @@ bool WriteJson(const std::string& path, const std::vector<Record>& records) {
   }
   out << "]\n";
   return static_cast<bool>(out);
-}
-
-std::vector<std::string> Split(std::string_view text) {
-  std::vector<std::string> parts;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    parts.emplace_back(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-  }
-  return parts;
-}
-
-std::optional<std::pair<int, int>> CpuPair() {
-  const char* text = std::getenv("FERRY_BENCH_CPUS");
-  std::string value = text ? text : (sysconf(_SC_NPROCESSORS_ONLN) >= 2 ? "0,1" : "");
-  const std::vector<std::string> cpus = Split(value);
-  if (cpus.size() != 2) return std::nullopt;
-  return std::make_pair(std::stoi(cpus[0]), std::stoi(cpus[1]));
 }
 
 std::string Placement() {

@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -185,29 +183,12 @@ def main() -> int:
                                      quick="1" if common.quick() else "0", **paths))
     log_path = os.path.join(workdir, "ferry_run.log")
     env = dict(os.environ, FERRY_PYTHON=sys.executable)
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [os.path.abspath(args.ferry), "run", dataflow, "--allow-cycles", "--log-dir",
-             os.path.join(workdir, "logs")],
-            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = process.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+    code = common.run_session(
+        [os.path.abspath(args.ferry), "run", dataflow, "--allow-cycles", "--log-dir",
+         os.path.join(workdir, "logs")],
+        cwd=workdir, env=env, log_path=log_path, timeout=args.timeout)
     if code != 0 or not os.path.exists(out):
-        reason = "timed out" if code is None else f"exited with {code}"
-        with open(log_path) as log:
-            tail = log.read()[-3000:]
-        print(f"nodes bench: `ferry run` {reason}; last lines of {log_path}:\n{tail}",
-              file=sys.stderr)
+        common.report_failed_run("nodes bench", "ferry run", code, log_path)
         return 1
     with open(out) as handle:
         results = json.load(handle)

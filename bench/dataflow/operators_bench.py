@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,27 +105,10 @@ def run_dora(args, out: str) -> int:
                DORA_NODE_SHM_POOL_SIZE=str(max(8 << 20, 6 * max(sizes))),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     log_path = os.path.join(workdir, "dora_run.log")
-    with open(log_path, "w") as log:
-        process = subprocess.Popen([dora, "run", dataflow], cwd=workdir, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = process.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+    code = common.run_session([dora, "run", dataflow], cwd=workdir, env=env, log_path=log_path,
+                              timeout=args.timeout)
     if not os.path.exists(out):
-        reason = "timed out" if code is None else f"exited with {code}"
-        with open(log_path) as log:
-            tail = log.read()[-3000:]
-        print(f"operators bench: `dora run` {reason}; last lines of {log_path}:\n{tail}",
-              file=sys.stderr)
+        common.report_failed_run("operators bench", "dora run", code, log_path)
         return 1
     return 0
 

@@ -56,21 +56,6 @@ def load(paths: list[str]) -> dict:
     return records
 
 
-def load_key_values(path: str | None) -> dict:
-    values = {}
-    if path and os.path.exists(path):
-        with open(path) as handle:
-            for line in handle:
-                key, _, value = line.strip().partition("=")
-                if not value:
-                    continue
-                try:
-                    values[key] = float(value)
-                except ValueError:
-                    values[key] = value
-    return values
-
-
 def us(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -249,7 +234,7 @@ def main() -> int:
     parser.add_argument("--missing", action="append", default=[])
     args = parser.parse_args()
     records = load(args.results)
-    floor = load_key_values(args.floor)
+    floor = common.load_key_values(args.floor)
     lines = ["## Dataflow runtime: node→node and operator→operator latency", ""]
     lines += node_section(records, floor)
     lines += [""] + operator_section(records)
@@ -265,7 +250,7 @@ def main() -> int:
     for entry in args.missing:
         name, _, reason = entry.partition("=")
         lines.append(f"- Not measured: {name}: {reason}")
-    machine = load_key_values(args.machine)
+    machine = common.load_key_values(args.machine)
     if machine:
         lines += ["", f"Machine: {machine.get('cpu', '?')}, {int(machine.get('cores', 0))} cores; "
                   f"load average before: {machine.get('load_before', '?')}, after: "

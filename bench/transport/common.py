@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
 import time
 
 KIB = 1024
@@ -122,3 +125,53 @@ def write_results(path: str, results: list[dict]) -> None:
     with open(path, "w") as handle:
         json.dump(results, handle, indent=1)
         handle.write("\n")
+
+
+def load_key_values(path: str | None) -> dict:
+    """The KEY=VALUE lines of a file (run.sh's floor and machine notes), values
+    as floats where they parse; empty when `path` is unset or missing."""
+    values = {}
+    if path and os.path.exists(path):
+        with open(path) as handle:
+            for line in handle:
+                key, _, value = line.strip().partition("=")
+                if not value:
+                    continue
+                try:
+                    values[key] = float(value)
+                except ValueError:
+                    values[key] = value
+    return values
+
+
+def run_session(command: list[str], cwd: str, env: dict, log_path: str,
+                timeout: float) -> int | None:
+    """Runs `command` in a session of its own with its output in `log_path`.
+    Returns its exit code, or None when it overran `timeout` seconds; then the
+    whole session (a daemon and its nodes) is killed: SIGTERM, and SIGKILL if
+    that does not end it within 5 s."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+    return code
+
+
+def report_failed_run(what: str, command: str, code: int | None, log_path: str) -> None:
+    """Says on stderr why `command` (run by run_session) failed, with the end
+    of its log."""
+    reason = "timed out" if code is None else f"exited with {code}"
+    with open(log_path) as log:
+        tail = log.read()[-3000:]
+    print(f"{what}: `{command}` {reason}; last lines of {log_path}:\n{tail}", file=sys.stderr)

@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -221,29 +219,12 @@ def main() -> int:
             queue=max(common.throughput_messages(size) for size in sizes) + 8))
     log_path = os.path.join(args.workdir, "dora_run.log")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    with open(log_path, "w") as log:
-        # A session of its own, so that on a timeout the daemon and both nodes
-        # are killed together.
-        process = subprocess.Popen([dora, "run", dataflow], cwd=args.workdir, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = process.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+    # A session of its own, so that on a timeout the daemon and both nodes are
+    # killed together.
+    code = common.run_session([dora, "run", dataflow], cwd=args.workdir, env=env,
+                              log_path=log_path, timeout=args.timeout)
     if code != 0 or not os.path.exists(out):
-        reason = "timed out" if code is None else f"exited with {code}"
-        with open(log_path) as log:
-            tail = log.read()[-3000:]
-        print(f"dora bench: `dora run` {reason}; last lines of {log_path}:\n{tail}",
-              file=sys.stderr)
+        common.report_failed_run("dora bench", "dora run", code, log_path)
         return 1
     with open(out) as handle:
         results = json.load(handle)

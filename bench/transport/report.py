@@ -61,21 +61,6 @@ def load(paths: list[str]) -> dict:
     return records
 
 
-def load_key_values(path: str | None) -> dict:
-    values = {}
-    if path and os.path.exists(path):
-        with open(path) as handle:
-            for line in handle:
-                key, _, value = line.strip().partition("=")
-                if not value:
-                    continue
-                try:
-                    values[key] = float(value)
-                except ValueError:
-                    values[key] = value
-    return values
-
-
 def floor_name(system: str, language: str) -> str:
     """The name run.sh gives the floor run that precedes a system."""
     if system == "ferry":
@@ -231,11 +216,11 @@ def main() -> int:
     floors = {}
     for entry in args.floor:
         name, _, path = entry.partition("=")
-        values = load_key_values(path)
+        values = common.load_key_values(path)
         if values:
             system, _, placement = name.partition("/")
             floors[(system, placement)] = values
-    machine = load_key_values(args.machine)
+    machine = common.load_key_values(args.machine)
 
     out = ["### Cross-process transport: one-way latency and throughput", ""]
     for reason in args.missing:

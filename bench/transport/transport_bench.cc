@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/builder.h"
 #include "ferry/exchange/status.h"
@@ -77,62 +78,9 @@ struct Options {
   int timeout_seconds = 150;
 };
 
-int64_t NowNs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
-}
-
-// Same counts as bench/transport/common.py, so every system gets the same
-// number of samples per size.
-int LatencyIterations(int64_t size, bool quick) {
-  if (quick) return size <= 400 * 1024 ? 200 : 20;
-  if (size <= 40 * 1024) return 3000;
-  if (size <= 400 * 1024) return 1000;
-  if (size <= 4'000'000) return 300;
-  return 60;
-}
-
 int ThroughputMessages(int64_t size, bool quick) {
   const int64_t count = std::min<int64_t>(4000, std::max<int64_t>(20, 400'000'000 / size));
   return static_cast<int>(quick ? std::max<int64_t>(10, count / 10) : count);
-}
-
-[[noreturn]] void Fail(const std::string& what, const Status& status) {
-  std::fprintf(stderr, "ferry_transport_bench: %s: %s\n", what.c_str(), status.ToString().c_str());
-  std::fflush(stderr);
-  _exit(1);
-}
-
-// `what` is a plain string so that checking a call on the hot path costs
-// nothing when it succeeds.
-template <typename T>
-T Check(Result<T> result, const char* what) {
-  if (!result.ok()) Fail(what, result.status());
-  return result.MoveValueUnsafe();
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Fail(what, status);
-}
-
-// Decimal integers in metadata values, written into strings that keep their
-// capacity, so stamping a message allocates nothing.
-void WriteNumber(std::string& out, int64_t value) {
-  out.resize(24);
-  const char* end = std::to_chars(out.data(), out.data() + out.size(), value).ptr;
-  out.resize(static_cast<size_t>(end - out.data()));
-}
-
-int64_t ReadNumber(const Metadata& metadata, std::string_view key) {
-  for (const auto& [name, value] : metadata) {
-    if (name == key) {
-      int64_t number = -1;
-      std::from_chars(value.data(), value.data() + value.size(), number);
-      return number;
-    }
-  }
-  return -1;
 }
 
 // Names channels by the sender's pid, so that runs never collide.
@@ -316,12 +264,6 @@ void RunReceiver(const std::string& mode, int64_t size, bool quick) {
 
 // ---- Driver ---------------------------------------------------------------------
 
-double Percentile(const std::vector<int64_t>& sorted, double q) {
-  if (sorted.empty()) return NAN;
-  const size_t rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(q * sorted.size())));
-  return static_cast<double>(sorted[std::min(rank, sorted.size()) - 1]);
-}
-
 std::string ToJson(const Record& record) {
   std::vector<int64_t> sorted = record.latencies_ns;
   std::sort(sorted.begin(), sorted.end());
@@ -336,16 +278,6 @@ std::string ToJson(const Record& record) {
                 Percentile(sorted, 0.999) / 1e3, record.burst / record.burst_seconds,
                 record.burst * static_cast<double>(record.size) / record.burst_seconds / 1e9);
   return line;
-}
-
-std::vector<std::string> Split(std::string_view text) {
-  std::vector<std::string> parts;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    parts.emplace_back(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-  }
-  return parts;
 }
 
 Options ParseOptions(int argc, char** argv) {
@@ -385,16 +317,6 @@ Options ParseOptions(int argc, char** argv) {
     options.quick = true;
   }
   return options;
-}
-
-// The cores of FERRY_BENCH_CPUS ("sender,receiver"; default "0,1", "" = let
-// the scheduler place them), as bench/transport/common.py reads it.
-std::optional<std::pair<int, int>> CpuPair() {
-  const char* text = std::getenv("FERRY_BENCH_CPUS");
-  std::string value = text ? text : (sysconf(_SC_NPROCESSORS_ONLN) >= 2 ? "0,1" : "");
-  const std::vector<std::string> cpus = Split(value);
-  if (cpus.size() != 2) return std::nullopt;
-  return std::make_pair(std::stoi(cpus[0]), std::stoi(cpus[1]));
 }
 
 void Pin(int cpu) {

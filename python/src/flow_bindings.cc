@@ -101,7 +101,8 @@ PyMessage ToPython(flow::Message message) {
   return PyMessage{std::move(batch), std::move(message.metadata), message.sequence};
 }
 
-// Fixed-width types a loan can hold, by name.
+}  // namespace
+
 TypePtr LoanType(const std::string& name) {
   if (name == "uint8") return uint8();
   if (name == "int8") return int8();
@@ -116,7 +117,30 @@ TypePtr LoanType(const std::string& name) {
   throw py::value_error("loans hold fixed-width numbers (uint8 ... float64), not '" + name + "'");
 }
 
-}  // namespace
+std::string BufferFormat(TypeId id) {
+  switch (id) {
+    case TypeId::kUInt8:
+      return py::format_descriptor<uint8_t>::format();
+    case TypeId::kInt8:
+      return py::format_descriptor<int8_t>::format();
+    case TypeId::kUInt16:
+      return py::format_descriptor<uint16_t>::format();
+    case TypeId::kInt16:
+      return py::format_descriptor<int16_t>::format();
+    case TypeId::kUInt32:
+      return py::format_descriptor<uint32_t>::format();
+    case TypeId::kInt32:
+      return py::format_descriptor<int32_t>::format();
+    case TypeId::kUInt64:
+      return py::format_descriptor<uint64_t>::format();
+    case TypeId::kInt64:
+      return py::format_descriptor<int64_t>::format();
+    case TypeId::kFloat:
+      return py::format_descriptor<float>::format();
+    default:
+      return py::format_descriptor<double>::format();
+  }
+}
 
 void BindFlow(py::module_& m) {
   py::module_ flow = m.def_submodule("flow", "Zero-copy publish/subscribe between processes.");
@@ -125,20 +149,7 @@ void BindFlow(py::module_& m) {
                      "Shared memory lent by a Publisher; write into it, then send it.")
       .def_buffer([](PyLoan& loan) {
         const auto width = static_cast<py::ssize_t>(loan.type->fixed_width());
-        std::string format;
-        switch (loan.type->id) {
-          case TypeId::kUInt8: format = py::format_descriptor<uint8_t>::format(); break;
-          case TypeId::kInt8: format = py::format_descriptor<int8_t>::format(); break;
-          case TypeId::kUInt16: format = py::format_descriptor<uint16_t>::format(); break;
-          case TypeId::kInt16: format = py::format_descriptor<int16_t>::format(); break;
-          case TypeId::kUInt32: format = py::format_descriptor<uint32_t>::format(); break;
-          case TypeId::kInt32: format = py::format_descriptor<int32_t>::format(); break;
-          case TypeId::kUInt64: format = py::format_descriptor<uint64_t>::format(); break;
-          case TypeId::kInt64: format = py::format_descriptor<int64_t>::format(); break;
-          case TypeId::kFloat: format = py::format_descriptor<float>::format(); break;
-          default: format = py::format_descriptor<double>::format(); break;
-        }
-        return py::buffer_info(loan.buffer->mutable_data(), width, format, 1,
+        return py::buffer_info(loan.buffer->mutable_data(), width, BufferFormat(loan.type->id), 1,
                                {static_cast<py::ssize_t>(loan.length)}, {width},
                                /*readonly=*/false);
       })

@@ -51,45 +51,6 @@ nanoseconds Seconds(double seconds) {
   return duration_cast<nanoseconds>(std::chrono::duration<double>(seconds));
 }
 
-TypePtr LoanType(const std::string& name) {
-  if (name == "uint8") return uint8();
-  if (name == "int8") return int8();
-  if (name == "uint16") return uint16();
-  if (name == "int16") return int16();
-  if (name == "uint32") return uint32();
-  if (name == "int32") return int32();
-  if (name == "uint64") return uint64();
-  if (name == "int64") return int64();
-  if (name == "float32") return float32();
-  if (name == "float64") return float64();
-  throw py::value_error("loans hold fixed-width numbers (uint8 ... float64), not '" + name + "'");
-}
-
-std::string BufferFormat(TypeId id) {
-  switch (id) {
-    case TypeId::kUInt8:
-      return py::format_descriptor<uint8_t>::format();
-    case TypeId::kInt8:
-      return py::format_descriptor<int8_t>::format();
-    case TypeId::kUInt16:
-      return py::format_descriptor<uint16_t>::format();
-    case TypeId::kInt16:
-      return py::format_descriptor<int16_t>::format();
-    case TypeId::kUInt32:
-      return py::format_descriptor<uint32_t>::format();
-    case TypeId::kInt32:
-      return py::format_descriptor<int32_t>::format();
-    case TypeId::kUInt64:
-      return py::format_descriptor<uint64_t>::format();
-    case TypeId::kInt64:
-      return py::format_descriptor<int64_t>::format();
-    case TypeId::kFloat:
-      return py::format_descriptor<float>::format();
-    default:
-      return py::format_descriptor<double>::format();
-  }
-}
-
 ArrayDataPtr LoanArray(const PyNodeLoan& loan) {
   auto column = std::make_shared<ArrayData>();
   column->type = loan.type;
@@ -106,36 +67,6 @@ py::str Text(const std::string& text) {
       PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
   if (decoded == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(decoded);
-}
-
-Metadata MetadataFrom(const py::object& metadata) {
-  if (metadata.is_none()) return {};
-  if (!py::isinstance<py::dict>(metadata)) {
-    throw py::type_error("metadata must be a dict of str, int, float or bool values");
-  }
-  flow::TypedMetadata values;
-  for (const auto& item : metadata.cast<py::dict>()) {
-    if (!py::isinstance<py::str>(item.first)) throw py::type_error("metadata keys must be str");
-    std::string key = item.first.cast<std::string>();
-    py::handle value = item.second;
-    if (py::isinstance<py::bool_>(value)) {  // before int: bool is an int in Python
-      values.emplace_back(std::move(key), value.cast<bool>());
-    } else if (py::isinstance<py::int_>(value)) {
-      int overflow = 0;
-      const long long number = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
-      if (overflow != 0) throw py::value_error("metadata value of '" + key + "' exceeds 64 bits");
-      values.emplace_back(std::move(key), static_cast<int64_t>(number));
-    } else if (py::isinstance<py::float_>(value)) {
-      values.emplace_back(std::move(key), value.cast<double>());
-    } else if (py::isinstance<py::str>(value)) {
-      values.emplace_back(std::move(key), value.cast<std::string>());
-    } else {
-      throw py::type_error(
-          "metadata value of '" + key + "' must be str, int, float or bool, not " +
-          py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>());
-    }
-  }
-  return Unwrap(flow::EncodeTypedMetadata(values));
 }
 
 py::dict MetadataDict(const Metadata& metadata) {
@@ -356,6 +287,36 @@ std::unique_ptr<flow::Node> MakeNode(const std::optional<std::string>& node_id,
 
 }  // namespace
 
+Metadata TypedMetadataFrom(const py::object& metadata) {
+  if (metadata.is_none()) return {};
+  if (!py::isinstance<py::dict>(metadata)) {
+    throw py::type_error("metadata must be a dict of str, int, float or bool values");
+  }
+  flow::TypedMetadata values;
+  for (const auto& item : metadata.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(item.first)) throw py::type_error("metadata keys must be str");
+    std::string key = item.first.cast<std::string>();
+    py::handle value = item.second;
+    if (py::isinstance<py::bool_>(value)) {  // before int: bool is an int in Python
+      values.emplace_back(std::move(key), value.cast<bool>());
+    } else if (py::isinstance<py::int_>(value)) {
+      int overflow = 0;
+      const long long number = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+      if (overflow != 0) throw py::value_error("metadata value of '" + key + "' exceeds 64 bits");
+      values.emplace_back(std::move(key), static_cast<int64_t>(number));
+    } else if (py::isinstance<py::float_>(value)) {
+      values.emplace_back(std::move(key), value.cast<double>());
+    } else if (py::isinstance<py::str>(value)) {
+      values.emplace_back(std::move(key), value.cast<std::string>());
+    } else {
+      throw py::type_error(
+          "metadata value of '" + key + "' must be str, int, float or bool, not " +
+          py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>());
+    }
+  }
+  return Unwrap(flow::EncodeTypedMetadata(values));
+}
+
 void BindNode(py::module_& flow) {
   py::class_<PyNodeLoan>(flow, "NodeLoan", py::buffer_protocol(),
                          "Shared memory lent by a node output; fill it, then send it.")
@@ -405,7 +366,7 @@ void BindNode(py::module_& flow) {
           "send_output",
           [](PyNode& self, const std::string& output, const py::object& data,
              const py::object& metadata) {
-            Metadata meta = MetadataFrom(metadata);
+            Metadata meta = TypedMetadataFrom(metadata);
             Outgoing outgoing = ToOutgoing(data);
             Send(self, output, *outgoing.batch, std::move(meta), outgoing.is_array);
           },
@@ -452,7 +413,7 @@ void BindNode(py::module_& flow) {
             }
             if (rows < 0) throw py::value_error("send_loans needs at least one column");
             auto batch = Unwrap(RecordBatch::Make(schema, rows, std::move(arrays)));
-            Send(self, output, *batch, MetadataFrom(metadata), false);
+            Send(self, output, *batch, TypedMetadataFrom(metadata), false);
           },
           py::arg("output"), py::arg("columns"), py::arg("metadata") = py::none(),
           "Sends loaned columns as one record batch: nothing is copied.")

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <string>
 
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
@@ -64,6 +65,16 @@ py::object ImportArrow(const py::object& obj);
 // A record batch from any batch-like object (ferry, pyarrow, polars, ...),
 // with host-resident buffers (device batches are copied, counted).
 RecordBatchPtr HostBatchFrom(const py::object& obj);
+
+// Fixed-width numeric types a loan can hold, by name ("uint8" ... "float64");
+// ValueError for any other name (flow_bindings.cc).
+TypePtr LoanType(const std::string& name);
+// The buffer-protocol format of one of LoanType's types (flow_bindings.cc).
+std::string BufferFormat(TypeId id);
+// A dict of str, int, float or bool values as typed metadata (node.h: the
+// values travel as text and come back typed); None gives none. TypeError or
+// ValueError for anything else (node_bindings.cc).
+Metadata TypedMetadataFrom(const py::object& metadata);
 
 // Registers ferry._ferry.flow (the transport).
 void BindFlow(py::module_& m);

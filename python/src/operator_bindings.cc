@@ -47,33 +47,6 @@ const char* EventTypeText(int32_t type) {
   }
 }
 
-// Metadata follows the Python node API's convention (node.h, typed
-// metadata): int, float and bool values travel as text and come back typed.
-Metadata MetadataFromDict(const py::object& metadata) {
-  if (metadata.is_none()) return {};
-  if (!py::isinstance<py::dict>(metadata)) {
-    throw py::type_error("metadata must be a dict of str, int, float or bool values");
-  }
-  flow::TypedMetadata values;
-  for (const auto& item : metadata.cast<py::dict>()) {
-    if (!py::isinstance<py::str>(item.first)) throw py::type_error("metadata keys must be str");
-    std::string key = item.first.cast<std::string>();
-    py::handle value = item.second;
-    if (py::isinstance<py::bool_>(value)) {  // first: a bool is an int in Python
-      values.emplace_back(std::move(key), value.cast<bool>());
-    } else if (py::isinstance<py::int_>(value)) {
-      values.emplace_back(std::move(key), value.cast<int64_t>());
-    } else if (py::isinstance<py::float_>(value)) {
-      values.emplace_back(std::move(key), value.cast<double>());
-    } else if (py::isinstance<py::str>(value)) {
-      values.emplace_back(std::move(key), value.cast<std::string>());
-    } else {
-      throw py::type_error("metadata value of '" + key + "' must be str, int, float or bool");
-    }
-  }
-  return Unwrap(flow::EncodeTypedMetadata(values));
-}
-
 py::dict MetadataToDict(const Metadata& metadata) {
   py::dict out;
   for (const auto& [key, value] : flow::DecodeTypedMetadata(metadata)) {
@@ -121,7 +94,7 @@ void SendThroughHost(const FerryOperatorHost* host, const std::string& output,
                      const py::object& data, const py::object& metadata) {
   Outgoing outgoing = OutgoingFrom(data);
   const PyRecordBatch& batch = outgoing.batch;
-  Metadata typed = MetadataFromDict(metadata);
+  Metadata typed = TypedMetadataFrom(metadata);
   if (outgoing.is_array) typed.emplace_back(std::string(flow::kArrayMetadataKey), "1");
   const std::string metadata_json = flow::internal::MetadataToJson(typed);
   device::Device* where =
@@ -319,7 +292,7 @@ void BindOperators(py::module_& flow_module) {
               if (kind == "input") {
                 node.PushInput(event[1].cast<std::string>(),
                                HostBatchFrom(py::reinterpret_borrow<py::object>(event[2])),
-                               event.size() > 3 ? MetadataFromDict(event[3]) : Metadata{});
+                               event.size() > 3 ? TypedMetadataFrom(event[3]) : Metadata{});
               } else if (kind == "closed") {
                 node.PushInputClosed(event[1].cast<std::string>());
               } else if (kind == "stop") {

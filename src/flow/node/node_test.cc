@@ -34,14 +34,7 @@ using json = nlohmann::json;
 
 constexpr auto kWait = std::chrono::seconds(10);
 
-// A failed check in a child: say which, and exit with `code`.
-#define CHILD_CHECK(condition, code)                                           \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      std::fprintf(stderr, "child check failed (%d): %s\n", code, #condition); \
-      return code;                                                             \
-    }                                                                          \
-  } while (false)
+// In a child: a failed step (a Status or Result) is reported and exits with `code`.
 #define CHILD_OK(expr, code)                                                               \
   do {                                                                                     \
     const ::ferry::Status _child_status = ::ferry::testing::ToStatus(expr);                \

@@ -37,16 +37,9 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ForkChild;
 using testing::Pipe;
+using testing::PollUntil;
 using testing::UniqueChannel;
 using testing::WaitChild;
-
-#define CHILD_CHECK(condition, code)                                           \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      std::fprintf(stderr, "child check failed (%d): %s\n", code, #condition); \
-      return code;                                                             \
-    }                                                                          \
-  } while (false)
 
 uint64_t EnvNumber(const char* name, uint64_t fallback) {
   const char* text = std::getenv(name);
@@ -228,17 +221,6 @@ void KillSelfAfter(std::chrono::microseconds delay) {
   }).detach();
 }
 
-template <typename Predicate>
-bool PollUntil(Publisher& publisher, Predicate predicate, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    (void)publisher.Poll();
-    if (predicate()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(200us);
-  }
-}
-
 // ---- Subscribers die, the publisher survives --------------------------------------------
 
 TEST(CrashSafety, SubscribersKilledAtRandomPointsLeaveThePublisherHealthy) {
@@ -347,11 +329,13 @@ TEST(CrashSafety, SubscribersKilledAtRandomPointsLeaveThePublisherHealthy) {
       for (int extra = 0; extra < 8; ++extra) ASSERT_OK(SendPattern(*publisher, ++sent));
 
       // The survivor drains; the victim's queue and hoard come back.
-      ASSERT_TRUE(PollUntil(*publisher,
-                            [&] {
-                              const ChannelStats stats = publisher->stats();
-                              return stats.subscribers == 1 && stats.memory_in_use == 0;
-                            }))
+      ASSERT_TRUE(PollUntil(
+          *publisher,
+          [&] {
+            const ChannelStats stats = publisher->stats();
+            return stats.subscribers == 1 && stats.memory_in_use == 0;
+          },
+          10s, 200us))
           << "subscribers " << publisher->stats().subscribers << ", memory in use "
           << publisher->stats().memory_in_use;
       const int64_t lost = publisher->stats().subscribers_lost - lost_before;

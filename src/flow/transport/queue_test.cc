@@ -22,36 +22,13 @@ using namespace std::chrono_literals;
 using internal::Packet;
 using internal::PacketKind;
 using testing::BatchMatches;
+using testing::ConnectHere;
 using testing::ForkChild;
 using testing::MakeBatch;
+using testing::MakePublisher;
 using testing::Pipe;
 using testing::UniqueChannel;
 using testing::WaitChild;
-
-#define CHILD_CHECK(condition, code)                                           \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      std::fprintf(stderr, "child check failed (%d): %s\n", code, #condition); \
-      return code;                                                             \
-    }                                                                          \
-  } while (false)
-
-std::unique_ptr<Publisher> MakePublisher(const std::string& name, PublisherOptions options = {}) {
-  auto publisher = Publisher::Create(name, options);
-  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
-  return publisher.ok() ? std::move(*publisher) : nullptr;
-}
-
-std::unique_ptr<Subscriber> ConnectHere(Publisher& publisher, int expected_subscribers,
-                                        SubscriberOptions options = {}) {
-  Result<std::unique_ptr<Subscriber>> connected = Status::UnknownError("not connected");
-  std::thread connector([&] { connected = Subscriber::Connect(publisher.name(), options); });
-  Status waited = publisher.WaitForSubscribers(expected_subscribers, 10s);
-  connector.join();
-  EXPECT_TRUE(waited.ok()) << waited.ToString();
-  EXPECT_TRUE(connected.ok()) << connected.status().ToString();
-  return connected.ok() ? std::move(*connected) : nullptr;
-}
 
 SubscriberOptions Queue(uint32_t capacity, std::optional<OverflowPolicy> overflow) {
   SubscriberOptions options;

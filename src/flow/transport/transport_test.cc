@@ -22,51 +22,14 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 using testing::BatchMatches;
+using testing::ConnectHere;
 using testing::ForkChild;
 using testing::MakeBatch;
+using testing::MakePublisher;
 using testing::Pipe;
+using testing::PollUntil;
 using testing::UniqueChannel;
 using testing::WaitChild;
-
-// In a child: reports and returns `code` when `condition` fails.
-#define CHILD_CHECK(condition, code)                                           \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      std::fprintf(stderr, "child check failed (%d): %s\n", code, #condition); \
-      return code;                                                             \
-    }                                                                          \
-  } while (false)
-
-std::unique_ptr<Publisher> MakePublisher(const std::string& name, PublisherOptions options = {}) {
-  auto publisher = Publisher::Create(name, options);
-  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
-  return publisher.ok() ? std::move(*publisher) : nullptr;
-}
-
-// Connects a subscriber in a helper thread while this thread lets the
-// publisher accept it.
-std::unique_ptr<Subscriber> ConnectHere(Publisher& publisher, int expected_subscribers,
-                                        SubscriberOptions options = {}) {
-  Result<std::unique_ptr<Subscriber>> connected = Status::UnknownError("not connected");
-  std::thread connector([&] { connected = Subscriber::Connect(publisher.name(), options); });
-  Status waited = publisher.WaitForSubscribers(expected_subscribers, 10s);
-  connector.join();
-  EXPECT_TRUE(waited.ok()) << waited.ToString();
-  EXPECT_TRUE(connected.ok()) << connected.status().ToString();
-  return connected.ok() ? std::move(*connected) : nullptr;
-}
-
-// Polls until `predicate` holds (at most `timeout`).
-template <typename Predicate>
-bool PollUntil(Publisher& publisher, Predicate predicate, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    (void)publisher.Poll();
-    if (predicate()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-}
 
 // ---- Names, options ------------------------------------------------------------
 

@@ -1,11 +1,29 @@
 #include "flow/transport/transport_test_util.h"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 
 #include <filesystem>
 #include <fstream>
 
 namespace ferry::flow::testing {
+
+std::unique_ptr<Publisher> MakePublisher(const std::string& name, PublisherOptions options) {
+  auto publisher = Publisher::Create(name, options);
+  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
+  return publisher.ok() ? std::move(*publisher) : nullptr;
+}
+
+std::unique_ptr<Subscriber> ConnectHere(Publisher& publisher, int expected_subscribers,
+                                        SubscriberOptions options) {
+  Result<std::unique_ptr<Subscriber>> connected = Status::UnknownError("not connected");
+  std::thread connector([&] { connected = Subscriber::Connect(publisher.name(), options); });
+  Status waited = publisher.WaitForSubscribers(expected_subscribers, std::chrono::seconds(10));
+  connector.join();
+  EXPECT_TRUE(waited.ok()) << waited.ToString();
+  EXPECT_TRUE(connected.ok()) << connected.status().ToString();
+  return connected.ok() ? std::move(*connected) : nullptr;
+}
 
 bool Pipe::Await(std::chrono::milliseconds timeout) const {
   pollfd waiting{read_fd, POLLIN, 0};

@@ -1,6 +1,7 @@
 // Helpers for the transport tests: unique channel names, bounded child
-// processes, batches built in any pool, checksums, and counts of open file
-// descriptors and memfd mappings (leak checks).
+// processes, publishers and subscribers wired in this process, batches built
+// in any pool, checksums, and counts of open file descriptors and memfd
+// mappings (leak checks).
 #pragma once
 
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +23,16 @@
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/builder.h"
 #include "ferry/flow/transport.h"
+
+// In a forked child (a body run by ForkChild): reports the failed condition
+// on stderr and returns `code`, which becomes the child's exit code.
+#define CHILD_CHECK(condition, code)                                           \
+  do {                                                                         \
+    if (!(condition)) {                                                        \
+      std::fprintf(stderr, "child check failed (%d): %s\n", code, #condition); \
+      return code;                                                             \
+    }                                                                          \
+  } while (false)
 
 namespace ferry::flow::testing {
 
@@ -91,6 +103,30 @@ struct Pipe {
     write_fd = -1;
   }
 };
+
+// Creates a publisher; a failure is a test failure and yields nullptr.
+std::unique_ptr<Publisher> MakePublisher(const std::string& name, PublisherOptions options = {});
+
+// Connects a subscriber in a helper thread while this thread lets the
+// publisher accept it (until it has `expected_subscribers`). A failure is a
+// test failure and yields nullptr.
+std::unique_ptr<Subscriber> ConnectHere(Publisher& publisher, int expected_subscribers,
+                                        SubscriberOptions options = {});
+
+// Calls publisher.Poll() every `interval` until `predicate` holds; false once
+// `timeout` has passed without it.
+template <typename Predicate>
+bool PollUntil(Publisher& publisher, Predicate predicate,
+               std::chrono::milliseconds timeout = std::chrono::seconds(5),
+               std::chrono::microseconds interval = std::chrono::milliseconds(1)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    (void)publisher.Poll();
+    if (predicate()) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(interval);
+  }
+}
 
 // A batch of `rows` rows with columns "id" (int64: seed + row) and "text"
 // (utf8: "v<seed+row>"), built in `pool`.
