@@ -34,10 +34,12 @@
 // node with no input at all waits in Next for the daemon's stop.
 //
 // When a producer restarts, the daemon sends "reconnect" and the input
-// connects again in the background; if the node saw the old producer go
-// first, it has received kInputClosed for that input, and events of the
-// input resume once the new producer is connected (the stream does not end
-// while a reconnection is under way).
+// connects again in the background; events of the input resume once the new
+// producer is connected (the stream does not end while a reconnection is
+// under way). An input marked producer_may_restart gets no kInputClosed when
+// its producer goes: under a daemon it waits for the reconnect, or for the
+// daemon's word that the producer will not come back. Other inputs may see
+// kInputClosed first and then events again after a reconnect.
 //
 // Arrays and batches. Every message is a record batch. A plain array (what
 // Python and dora-style nodes send) travels as a one-column batch whose
@@ -108,6 +110,9 @@ struct NodeConfig {
     std::string overflow = "block";
     // ... or a timer (channel empty).
     std::chrono::nanoseconds timer_interval{0};
+    // The producer may be restarted: once it is gone, the input waits for the
+    // daemon's reconnect or input_closed before it closes (protocol.h).
+    bool producer_may_restart = false;
   };
   struct Output {
     std::string id;

@@ -13,6 +13,8 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,8 @@ constexpr Millis kIdentifyTimeout{10000};
 constexpr Millis kDrainTimeout{1000};
 // The longest poll, so that children are reaped even without pidfds.
 constexpr Millis kMaxPollWait{200};
+// How long a restarted node's start waits for its consumers' "reconnected".
+constexpr Millis kReconnectAckTimeout{10000};
 
 // ---- Signals: the handler writes the signal number into a pipe the loop polls.
 
@@ -143,6 +147,10 @@ struct NodeState {
   int peer = -1;  // key into peers_
   bool ready = false;
   bool start_sent = false;
+  // A restarted instance: the consumer inputs (node index, input id) whose
+  // "reconnected" its start still waits for, until ack_deadline.
+  std::set<std::pair<int, std::string>> pending_acks;
+  TimePoint ack_deadline = kNever;
   TimePoint kill_deadline = kNever;
   bool killed_by_us = false;
   // The last statistics the instance sent (counted when it exits).
@@ -179,6 +187,10 @@ class Daemon {
   void HandleMessage(int key, const nlohmann::json& message);
   void HandleHello(int key, const nlohmann::json& message);
   void HandleReady(int index);
+  void HandleReconnected(int consumer, const nlohmann::json& message);
+  void StartRestarted(int index);
+  void CloseConsumerInputs(int index);
+  void ForgetAcksFrom(int consumer);
   void ClosePeer(int key);
   bool SendTo(int index, const nlohmann::json& message);
   void ReadStream(Stream& stream, bool until_end);
@@ -309,6 +321,8 @@ void Daemon::Launch(int index) {
   node.pidfd = std::move(child->pidfd);
   node.ready = false;
   node.start_sent = false;
+  node.pending_acks.clear();
+  node.ack_deadline = kNever;
   node.kill_deadline = kNever;
   node.killed_by_us = false;
   node.has_pending_stats = false;
@@ -345,6 +359,7 @@ void Daemon::ScheduleOrFinish(int index, const ExitStatus& status) {
   }
   node.finished = true;
   node.summary.failed = !status.success();
+  CloseConsumerInputs(index);
   if (wants_restart && !stopping_) {
     node.output->Note(status.ToString() + "; no restarts left (" +
                           std::to_string(node.spec->max_restarts) + " used)",
@@ -373,6 +388,9 @@ void Daemon::HandleExit(int index, const ExitStatus& status) {
   node.pid = -1;
   node.pidfd.reset();
   node.ready = false;
+  node.pending_acks.clear();
+  node.ack_deadline = kNever;
+  ForgetAcksFrom(index);  // a consumer that is gone acknowledges nothing
   node.summary.exit = status;
   node.summary.killed_after_grace = node.killed_by_us;
   if (node.has_pending_stats) {
@@ -405,7 +423,10 @@ void Daemon::BeginStop(const std::string& reason) {
       node.restart_at = kNever;
       node.finished = true;
       node.summary.failed = !node.summary.exit.success();
+      CloseConsumerInputs(static_cast<int>(i));
     }
+    node.pending_acks.clear();  // stop, not start, follows
+    node.ack_deadline = kNever;
     if (!node.running) continue;
     node.kill_deadline = now + node.spec->stop_grace;
     nlohmann::json stop = {{"type", "stop"}, {"reason", reason}};
@@ -521,6 +542,8 @@ void Daemon::HandleMessage(int key, const nlohmann::json& message) {
     }
     node.pending_stats = *stats;
     node.has_pending_stats = true;
+  } else if (type == "reconnected") {
+    HandleReconnected(index, message);
   } else if (type == "output_closed") {
     node.output->Note("closed output '" + message.value("output", std::string("?")) + "'", false);
   } else if (type == "error") {
@@ -584,14 +607,70 @@ void Daemon::HandleReady(int index) {
   node.ready = true;
   if (!started_ || stopping_ || node.start_sent) return;
   // A restarted instance joins a running graph: point the consumers of its
-  // outputs at its new publishers, then start it.
+  // outputs at its new publishers, and start it once they are connected.
+  node.pending_acks.clear();
   for (const Edge& edge : node.launch->consumers) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (nodes_[i].spec->id != edge.consumer || !nodes_[i].running) continue;
-      SendTo(static_cast<int>(i), {{"type", "reconnect"}, {"input", edge.consumer_input}});
+      // Only a started consumer reads its control messages (and answers).
+      if (SendTo(static_cast<int>(i), {{"type", "reconnect"}, {"input", edge.consumer_input}}) &&
+          nodes_[i].start_sent) {
+        node.pending_acks.emplace(static_cast<int>(i), edge.consumer_input);
+      }
     }
   }
+  if (node.pending_acks.empty()) {
+    StartRestarted(index);
+  } else {
+    node.ack_deadline = Clock::now() + kReconnectAckTimeout;
+  }
+}
+
+void Daemon::HandleReconnected(int consumer, const nlohmann::json& message) {
+  auto input = message.find("input");
+  if (input == message.end() || !input->is_string()) {
+    nodes_[static_cast<size_t>(consumer)].output->Note(
+        "ignored a reconnected message without an input", false);
+    return;
+  }
+  const std::pair<int, std::string> key(consumer, input->get<std::string>());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState& producer = nodes_[i];
+    if (producer.pending_acks.erase(key) > 0 && producer.pending_acks.empty()) {
+      StartRestarted(static_cast<int>(i));
+    }
+  }
+}
+
+void Daemon::StartRestarted(int index) {
+  NodeState& node = nodes_[static_cast<size_t>(index)];
+  node.pending_acks.clear();
+  node.ack_deadline = kNever;
+  if (!node.running || !node.ready || node.start_sent || stopping_) return;
   node.start_sent = SendTo(index, {{"type", "start"}});
+}
+
+// The producer `index` will not run again: its consumers' inputs close once
+// they have received what it sent.
+void Daemon::CloseConsumerInputs(int index) {
+  const NodeState& node = nodes_[static_cast<size_t>(index)];
+  for (const Edge& edge : node.launch->consumers) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].spec->id != edge.consumer || !nodes_[i].running) continue;
+      SendTo(static_cast<int>(i), {{"type", "input_closed"}, {"input", edge.consumer_input}});
+    }
+  }
+}
+
+void Daemon::ForgetAcksFrom(int consumer) {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState& producer = nodes_[i];
+    if (producer.pending_acks.empty()) continue;
+    for (auto it = producer.pending_acks.begin(); it != producer.pending_acks.end();) {
+      it = it->first == consumer ? producer.pending_acks.erase(it) : std::next(it);
+    }
+    if (producer.pending_acks.empty()) StartRestarted(static_cast<int>(i));
+  }
 }
 
 void Daemon::ReadStream(Stream& stream, bool until_end) {
@@ -647,6 +726,17 @@ void Daemon::CheckTimers() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     NodeState& node = nodes_[i];
     if (node.restart_pending && now >= node.restart_at) Launch(static_cast<int>(i));
+    if (!node.pending_acks.empty() && now >= node.ack_deadline) {
+      std::string missing;
+      for (const auto& [consumer, input] : node.pending_acks) {
+        missing += (missing.empty() ? "" : ", ") + nodes_[static_cast<size_t>(consumer)].spec->id +
+                   "/" + input;
+      }
+      node.output->Note("warning: no reconnected from " + missing + " within " +
+                            std::to_string(kReconnectAckTimeout.count()) + " ms; starting anyway",
+                        /*console=*/true);
+      StartRestarted(static_cast<int>(i));
+    }
     if (node.running && now >= node.kill_deadline && !node.killed_by_us) {
       node.killed_by_us = true;
       node.output->Note("did not stop within " + std::to_string(node.spec->stop_grace.count()) +
@@ -742,7 +832,7 @@ void Daemon::Loop() {
 
     TimePoint wake = Clock::now() + kMaxPollWait;
     for (const auto& node : nodes_) {
-      wake = std::min({wake, node.restart_at,
+      wake = std::min({wake, node.restart_at, node.ack_deadline,
                        node.running && !node.killed_by_us ? node.kill_deadline : kNever});
     }
     if (!started_ && !stopping_) wake = std::min(wake, start_deadline_);

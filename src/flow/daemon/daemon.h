@@ -13,7 +13,9 @@
 //      group) after their stop_grace. A second Ctrl-C kills at once.
 //   5. Restarts: on-failure (non-zero exit or a signal) or always, up to
 //      max_restarts, after 100 ms doubling up to 5 s; once the new instance is
-//      ready, the consumers of its outputs get {"type":"reconnect","input":ID}.
+//      ready, the consumers of its outputs get {"type":"reconnect","input":ID}
+//      and it gets start once they answer "reconnected" (at most 10 s). A
+//      producer that will not run again sends its consumers "input_closed".
 //   6. The summary: per node its end and restarts, per edge its counters.
 //
 // Besides the messages of protocol.h the daemon understands, from a

@@ -369,6 +369,31 @@ TEST_F(DaemonTest, OnFailureRestartsWithBackoffAndReconnects) {
   EXPECT_EQ(Find(summary["nodes"], "id", "sink")["restarts"], 0);
 }
 
+TEST_F(DaemonTest, ConsumerOfOnlyARestartingProducerWaitsAndLosesNothing) {
+  // The sink's only input is the restarting source, and the source sends as
+  // soon as it is started: the daemon starts a restarted instance only after
+  // the sink has reconnected, and the sink's stream ends with the last one.
+  WriteDataflow(TestNode("source", "--send 3 --fail-runs 2",
+                         "    outputs: [out]\n    restart: on-failure\n    max_restarts: 3\n") +
+                TestNode("sink", "--print", "    inputs:\n      in: source/out\n"));
+  auto run = Start();
+  ASSERT_EQ(run->Wait(), 0) << run->out() << run->err();
+  const std::string out = run->out();
+  EXPECT_THAT(out, HasSubstr("[sink] TOTAL messages=9 rows=36 sum=198\n")) << out;
+  // One INPUT_CLOSED, after the last instance's messages.
+  const size_t closed = out.find("[sink] INPUT_CLOSED in\n");
+  ASSERT_NE(closed, std::string::npos) << out;
+  EXPECT_EQ(out.find("[sink] INPUT_CLOSED in\n", closed + 1), std::string::npos) << out;
+  EXPECT_LT(out.rfind("[sink] INPUT in "), closed) << out;
+  const std::string source_log = Log("source");
+  EXPECT_THAT(source_log, HasSubstr("restart 2\n"));
+  EXPECT_THAT(source_log, Not(HasSubstr("starting anyway")));
+  nlohmann::json summary = Summary();
+  EXPECT_EQ(Find(summary["nodes"], "id", "source")["instances"], 3);
+  EXPECT_EQ(Find(summary["nodes"], "id", "sink")["failed"], false);
+  EXPECT_EQ(Find(summary["edges"], "edge", "source/out -> sink/in")["messages"], 9);
+}
+
 TEST_F(DaemonTest, RestartsRunOutAndTheRunFails) {
   WriteDataflow(TestNode("flaky", "--fail-runs 9 --fail-code 4",
                          "    restart: on-failure\n    max_restarts: 2\n"));

@@ -265,6 +265,17 @@ Result<Plan> PlanDataflow(const Dataflow& dataflow, const std::string& run_id,
     edge.consumer = consumer.id;
     edge.consumer_input = consumer_input;
     edge.label = input.source.text + " -> " + consumer_label;
+    // A producer that may restart: the consumer waits for the daemon's word
+    // before closing the input (protocol.h).
+    const NodeSpec* producer_spec = nullptr;
+    for (const NodeSpec& candidate : dataflow.nodes) {
+      if (candidate.id == input.source.node) producer_spec = &candidate;
+    }
+    if (producer_spec != nullptr && producer_spec->restart != RestartPolicy::kNever) {
+      for (NodeConfig::Input& made : plan.nodes[index_of.at(consumer.id)].config.inputs) {
+        if (made.id == consumer_input) made.producer_may_restart = true;
+      }
+    }
     plan.nodes[producer->second].consumers.push_back(edge);
     plan.edges.push_back(std::move(edge));
     return Status::OK();

@@ -183,6 +183,14 @@ TEST(PlanTest, NodePythonPathComesAfterThePackage) {
   EXPECT_EQ(plan.nodes[0].env.at("PYTHONPATH"), "/repo/python:/mine");
 }
 
+TEST(PlanTest, InputsOfRestartingProducersAreMarked) {
+  Dataflow dataflow = SampleDataflow();
+  dataflow.nodes[1].restart = RestartPolicy::kOnFailure;  // the runtime feeds the sink
+  ASSERT_OK_AND_ASSIGN(Plan plan, PlanDataflow(dataflow, "run", Settings()));
+  EXPECT_FALSE(plan.nodes[1].config.inputs[0].producer_may_restart);  // camera: never
+  EXPECT_TRUE(plan.nodes[2].config.inputs[0].producer_may_restart);
+}
+
 TEST(PlanTest, EdgesAndConsumers) {
   ASSERT_OK_AND_ASSIGN(Plan plan, PlanDataflow(SampleDataflow(), "run", Settings()));
   ASSERT_EQ(plan.edges.size(), 2u);

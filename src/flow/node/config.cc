@@ -81,6 +81,13 @@ Result<NodeConfig::Input> ParseInput(const json& entry, const std::string& path)
       FERRY_ASSIGN_OR_RAISE(input.overflow,
                             StringMember(entry, "overflow", path + ".overflow", true));
     }
+    if (const json* may_restart = Member(entry, "producer_may_restart")) {
+      if (!may_restart->is_boolean()) {
+        return FieldError(path + ".producer_may_restart",
+                          "expected true or false, got " + may_restart->dump());
+      }
+      input.producer_may_restart = may_restart->get<bool>();
+    }
   } else {
     FERRY_ASSIGN_OR_RAISE(std::optional<uint64_t> timer_ns,
                           UnsignedMember(entry, "timer_ns", path + ".timer_ns"));
@@ -189,6 +196,7 @@ std::string NodeConfig::ToJson() const {
       entry["channel"] = input.channel;
       entry["queue_size"] = input.queue_size;
       entry["overflow"] = input.overflow;
+      if (input.producer_may_restart) entry["producer_may_restart"] = true;
     }
     input_list.push_back(std::move(entry));
   }

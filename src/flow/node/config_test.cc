@@ -24,6 +24,7 @@ NodeConfig SampleConfig() {
   boxes.channel = "df-1234-ab12/runtime/detect/boxes";
   boxes.queue_size = 8;
   boxes.overflow = "drop_oldest";
+  boxes.producer_may_restart = true;
   NodeConfig::Input tick;
   tick.id = "tick";
   tick.timer_interval = std::chrono::milliseconds(33);
@@ -44,6 +45,7 @@ TEST(NodeConfigTest, JsonRoundTrip) {
   EXPECT_EQ(back.inputs[0].channel, config.inputs[0].channel);
   EXPECT_EQ(back.inputs[0].queue_size, 8u);
   EXPECT_EQ(back.inputs[0].overflow, "drop_oldest");
+  EXPECT_TRUE(back.inputs[0].producer_may_restart);
   EXPECT_EQ(back.inputs[0].timer_interval.count(), 0);
   EXPECT_EQ(back.inputs[1].id, "tick");
   EXPECT_TRUE(back.inputs[1].channel.empty());
@@ -64,6 +66,7 @@ TEST(NodeConfigTest, ParsesTheProtocolExampleWithDefaults) {
       "restart_count": 0, "a_future_field": [1, 2]})"));
   EXPECT_EQ(config.inputs[0].queue_size, 64u);
   EXPECT_EQ(config.inputs[0].overflow, "block");
+  EXPECT_FALSE(config.inputs[0].producer_may_restart);
   EXPECT_EQ(config.inputs[1].timer_interval, std::chrono::milliseconds(33));
   // Only "node" is required.
   ASSERT_OK_AND_ASSIGN(NodeConfig minimal, NodeConfig::FromJson(R"({"node": "n"})"));

@@ -194,6 +194,11 @@ class NodeImpl final : public Node {
     UniqueFd timer;                           // timer inputs
     uint64_t ticks = 0;
     bool closed = false;  // kInputClosed queued and not reopened since
+    // producer_may_restart: the producer is gone and drained, and the daemon
+    // has not yet said whether it comes back.
+    bool awaiting_daemon = false;
+    // The daemon said input_closed while the last producer was still draining.
+    bool close_when_gone = false;
     std::atomic<int64_t> received{0};
     std::atomic<int64_t> bytes_received{0};  // payload buffers of what was received
     std::atomic<int64_t> reconnects{0};
@@ -234,6 +239,8 @@ class NodeImpl final : public Node {
   void StartReconnect(InputState& input);
   void AdoptReconnections();
   void InputGone(InputState& input);
+  void CloseInput(InputState& input);
+  bool DaemonConnected() const;
   bool TakeInputEvent();
   bool StreamEnded() const;
   Status WaitForActivity(const Deadline& deadline);
@@ -477,7 +484,20 @@ void NodeImpl::HandleDaemonMessage(const nlohmann::json& message) {
                 message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return;
     }
+    input->awaiting_daemon = false;
     StartReconnect(*input);
+  } else if (type == "input_closed") {
+    auto input_id = message.find("input");
+    InputState* input = (input_id != message.end() && input_id->is_string())
+                            ? FindInput(input_id->get<std::string>())
+                            : nullptr;
+    if (input == nullptr || input->is_timer()) return;  // nothing of ours to close
+    if (input->subscriber != nullptr || input->replacement != nullptr ||
+        input->reconnect != nullptr) {
+      input->close_when_gone = true;  // after what the producer sent
+    } else {
+      CloseInput(*input);
+    }
   } else if (type != "start") {
     Queue(EventType::kError, "", "unknown control message type '" + type + "' from the daemon");
   }
@@ -498,6 +518,10 @@ void NodeImpl::ReadDaemon() {
     }
     // Hung up (or the socket failed): nobody will say stop any more.
     daemon_ = protocol::Connection();
+    // Nobody will say reconnect either.
+    for (auto& input : inputs_) {
+      if (input->awaiting_daemon) CloseInput(*input);
+    }
     if (!stop_queued_) {
       Queue(EventType::kStop, "daemon gone");
       stop_queued_ = true;
@@ -548,9 +572,13 @@ void NodeImpl::AdoptReconnections() {
     if (!result.ok()) {
       Queue(EventType::kError, "",
             "input '" + input->config->id + "': reconnecting failed: " + result.status().message());
-      if (input->subscriber == nullptr && !input->closed) {
-        input->closed = true;
-        Queue(EventType::kInputClosed, input->config->id);
+      if (input->subscriber == nullptr) {
+        if (input->config->producer_may_restart && !input->close_when_gone &&
+            DaemonConnected()) {
+          input->awaiting_daemon = true;  // a later restart may still reconnect it
+        } else {
+          CloseInput(*input);
+        }
       }
       continue;
     }
@@ -564,6 +592,8 @@ void NodeImpl::AdoptReconnections() {
       waitset_.Add(input->subscriber.get());
       input->closed = false;
     }
+    // Connected to the new producer: the daemon may start it now.
+    SendToDaemon({{"type", "reconnected"}, {"input", input->config->id}});
   }
 }
 
@@ -577,10 +607,25 @@ void NodeImpl::InputGone(InputState& input) {
     return;
   }
   if (input.reconnect != nullptr) return;  // the new producer's messages follow
+  if (input.config->producer_may_restart && !input.close_when_gone && DaemonConnected()) {
+    input.awaiting_daemon = true;  // reconnect or input_closed decides
+    return;
+  }
+  CloseInput(input);
+}
+
+void NodeImpl::CloseInput(InputState& input) {
+  input.awaiting_daemon = false;
+  input.close_when_gone = false;
   if (!input.closed) {
     input.closed = true;
     Queue(EventType::kInputClosed, input.config->id);
   }
+}
+
+bool NodeImpl::DaemonConnected() const {
+  std::lock_guard<std::mutex> lock(daemon_mutex_);
+  return daemon_.valid();
 }
 
 // ---- Next ------------------------------------------------------------------
@@ -698,7 +743,7 @@ bool NodeImpl::StreamEnded() const {
   }
   for (const auto& input : inputs_) {
     if (input->subscriber != nullptr || input->replacement != nullptr ||
-        input->reconnect != nullptr) {
+        input->reconnect != nullptr || input->awaiting_daemon) {
       return false;
     }
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "ferry/exchange/builder.h"
 #include "flow/node/protocol.h"
@@ -537,6 +538,8 @@ TEST(NodeDaemonTest, AnInputReconnectsWhenItsProducerRestarts) {
   EXPECT_EQ(WaitChild(first), 0);  // the producer "crashed"; the daemon restarts it
   const pid_t second = producer(2);
   ASSERT_OK(connection.Send({{"type", "reconnect"}, {"input", "in"}}));
+  ASSERT_OK_AND_ASSIGN(json acked, ReceiveType(connection, "reconnected"));
+  EXPECT_EQ(acked["input"], "in");
   EXPECT_TRUE(second_arrived.Await(kWait));
   ASSERT_OK(connection.Send({{"type", "stop"}, {"reason", "done"}}));
   ASSERT_OK_AND_ASSIGN(json stats, ReceiveType(connection, "stats"));
@@ -544,6 +547,68 @@ TEST(NodeDaemonTest, AnInputReconnectsWhenItsProducerRestarts) {
   EXPECT_EQ(stats["stats"]["inputs"]["in"]["reconnects"], 1);
   EXPECT_EQ(WaitChild(consumer), 0);
   EXPECT_EQ(WaitChild(second), 0);
+}
+
+TEST(NodeDaemonTest, AnInputWhoseProducerMayRestartWaitsForTheDaemon) {
+  const std::string name = DaemonName("may-restart");
+  ASSERT_OK_AND_ASSIGN(protocol::Listener listener, protocol::Listener::Listen(name));
+  const std::string channel = UniqueChannel("may-restart");
+  auto producer = [&](int64_t seed) {
+    return ForkChild([&, seed] {
+      auto made = Node::FromConfig(Config("producer", {}, {{"out", channel}}), Options());
+      CHILD_OK(made, 30);
+      std::unique_ptr<Node> node = made.MoveValueUnsafe();
+      CHILD_OK(node->WaitForSubscribers("out", 1, kWait), 31);
+      auto batch = MakeBatch(node->OutputPool("out"), 10, seed);
+      CHILD_OK(batch, 32);
+      CHILD_OK(node->SendOutput("out", **batch), 33);
+      return 0;
+    });
+  };
+  const pid_t consumer = ForkChild([&] {
+    // The only input: without the flag its stream would end with the first producer.
+    NodeConfig::Input input = ChannelInput("in", channel);
+    input.producer_may_restart = true;
+    auto made = Node::FromConfig(Config("consumer", {input}, {}, name), Options());
+    CHILD_OK(made, 10);
+    std::unique_ptr<Node> node = made.MoveValueUnsafe();
+    std::vector<std::string> seen;
+    for (int events = 0; events < 1000; ++events) {
+      auto event = node->Next(kWait);
+      CHILD_OK(event, 11);
+      if (!event->has_value()) break;
+      const Event& got = **event;
+      if (got.type == EventType::kInput) {
+        seen.push_back(BatchMatches(*got.value, 10, 1)   ? "1"
+                       : BatchMatches(*got.value, 10, 2) ? "2"
+                                                         : "?");
+      } else if (got.type == EventType::kInputClosed) {
+        seen.push_back("closed");
+      } else {
+        seen.push_back("other");
+      }
+    }
+    CHILD_CHECK((seen == std::vector<std::string>{"1", "2", "closed"}), 12);
+    return 0;
+  });
+  const pid_t first = producer(1);
+  ASSERT_OK_AND_ASSIGN(protocol::Connection connection, AcceptNode(listener));
+  ASSERT_OK(ReceiveType(connection, "hello"));
+  ASSERT_OK(ReceiveType(connection, "ready"));
+  ASSERT_OK(connection.Send({{"type", "start"}}));
+  EXPECT_EQ(WaitChild(first), 0);
+  // Time for the consumer to see the producer gone; it must keep waiting.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const pid_t second = producer(2);
+  ASSERT_OK(connection.Send({{"type", "reconnect"}, {"input", "in"}}));
+  ASSERT_OK_AND_ASSIGN(json acked, ReceiveType(connection, "reconnected"));
+  EXPECT_EQ(acked["input"], "in");
+  EXPECT_EQ(WaitChild(second), 0);
+  // The producer will not come back: the input closes after its last message.
+  ASSERT_OK(connection.Send({{"type", "input_closed"}, {"input", "in"}}));
+  ASSERT_OK_AND_ASSIGN(json stats, ReceiveType(connection, "stats"));
+  EXPECT_EQ(stats["stats"]["inputs"]["in"]["received"], 2);
+  EXPECT_EQ(WaitChild(consumer), 0);
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ Result<std::optional<nlohmann::json>> Connection::Receive(std::chrono::nanosecon
   if (fd_ < 0) return std::optional<nlohmann::json>();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<char> buffer(kMaxMessage + 1);
+  bool reset_seen = false;
   for (;;) {
     ssize_t received = ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_TRUNC);
     if (received == 0) return std::optional<nlohmann::json>();
@@ -97,7 +98,13 @@ Result<std::optional<nlohmann::json>> Connection::Receive(std::chrono::nanosecon
       return std::optional<nlohmann::json>(std::move(message));
     }
     if (errno == EINTR) continue;
-    if (errno == ECONNRESET) return std::optional<nlohmann::json>();
+    if (errno == ECONNRESET) {
+      // The peer closed with our messages unread. The error is reported once;
+      // what it sent before closing (its stats) may still be queued.
+      if (reset_seen) return std::optional<nlohmann::json>();
+      reset_seen = true;
+      continue;
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("recv on control connection", errno);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return Status::TimedOut("no control message");

@@ -7,7 +7,7 @@
 //   FERRY_NODE_CONFIG   the node's NodeConfig as JSON (node.h), e.g.
 //     {"dataflow":"df-1234-ab12","node":"sink","daemon":"ferry-daemon/df-1234-ab12",
 //      "inputs":[{"id":"boxes","channel":"df-1234-ab12/runtime/detect/boxes",
-//                 "queue_size":64,"overflow":"block"},
+//                 "queue_size":64,"overflow":"block","producer_may_restart":true},
 //                {"id":"tick","timer_ns":33000000}],
 //      "outputs":[{"id":"out","channel":"df-1234-ab12/sink/out"}],
 //      "restart_count":0}
@@ -22,15 +22,30 @@
 //   {"type":"output_closed","output":ID}        CloseOutput (or exit)
 //   {"type":"stats","stats":{...}}              Node::StatsJson(), before exit
 //   {"type":"error","message":TEXT}             a fatal error the node reports
+//   {"type":"reconnected","input":ID}           input ID is connected to the restarted producer
 // Daemon -> node:
 //   {"type":"start"}                            every node is ready: go
 //   {"type":"stop","reason":TEXT}               finish (kStop); SIGKILL after the grace period
 //   {"type":"reconnect","input":ID}             the producer of ID restarted: connect again
+//   {"type":"input_closed","input":ID}          the producer of ID is gone for good
 //
 // A node's inputs connect while its own outputs accept subscribers (a node
 // pumps its publishers while it waits), so graphs with cycles start too. The
 // daemon sends start only after every node said ready; a node that dies
 // before that fails the start (or is restarted per its policy).
+//
+// Restarts. An input whose producer has a restart policy other than never
+// carries "producer_may_restart" (optional, default false). When such a
+// producer is gone and its messages are drained, the input does not close:
+// it waits for the daemon. When the producer exits and will not run again
+// (policy never, restarts used up, or the dataflow is stopping) the daemon
+// sends input_closed to every consumer input it fed (an input that is
+// closed already ignores it) and the node emits
+// kInputClosed after whatever the producer sent. When a restarted producer
+// says ready, the daemon sends reconnect to its consumers, waits for their
+// "reconnected" (at most kReconnectAckTimeout in the daemon, then it goes on
+// and logs a warning), and only then sends start to the producer, so the new
+// instance's first messages find their consumers connected.
 #pragma once
 
 #include <chrono>
