@@ -28,38 +28,14 @@ using internal::ControlView;
 using internal::Packet;
 using internal::PacketKind;
 using internal::UniqueFd;
+using testing::ConnectHere;
 using testing::MakeBatch;
+using testing::MakePublisher;
+using testing::PollUntil;
 using testing::UniqueChannel;
-
-std::unique_ptr<Publisher> MakePublisher(const std::string& name, PublisherOptions options = {}) {
-  auto publisher = Publisher::Create(name, options);
-  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
-  return publisher.ok() ? std::move(*publisher) : nullptr;
-}
-
-std::unique_ptr<Subscriber> ConnectHere(Publisher& publisher, int expected_subscribers) {
-  Result<std::unique_ptr<Subscriber>> connected = Status::UnknownError("not connected");
-  std::thread connector([&] { connected = Subscriber::Connect(publisher.name()); });
-  Status waited = publisher.WaitForSubscribers(expected_subscribers, 10s);
-  connector.join();
-  EXPECT_TRUE(waited.ok()) << waited.ToString();
-  EXPECT_TRUE(connected.ok()) << connected.status().ToString();
-  return connected.ok() ? std::move(*connected) : nullptr;
-}
 
 ControlView ControlOf(Subscriber& subscriber) {
   return dynamic_cast<internal::SubscriberImpl&>(subscriber).control_for_testing();
-}
-
-template <typename Predicate>
-bool PollUntil(Publisher& publisher, Predicate predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    (void)publisher.Poll();
-    if (predicate()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return false;
 }
 
 // ---- A publisher that writes garbage into the control segment ----------------------
