@@ -146,6 +146,10 @@ struct NodeState {
   internal::UniqueFd pidfd;
   int peer = -1;  // key into peers_
   bool ready = false;
+  // Order of events (Daemon::sequence_): when this instance said ready, and
+  // when the previous instance died.
+  uint64_t ready_seq = 0;
+  uint64_t died_seq = 0;
   bool start_sent = false;
   // A restarted instance: the consumer inputs (node index, input id) whose
   // "reconnected" its start still waits for, until ack_deadline.
@@ -217,6 +221,7 @@ class Daemon {
   TimePoint begin_ = Clock::now();
   TimePoint start_deadline_ = kNever;
   bool started_ = false;
+  uint64_t sequence_ = 0;
   bool start_failed_ = false;
   bool stopping_ = false;
   std::string stop_reason_;
@@ -385,6 +390,7 @@ void Daemon::HandleExit(int index, const ExitStatus& status) {
   KillLeftovers(node.pid);
   if (node.peer >= 0) ClosePeer(node.peer);
   node.running = false;
+  node.died_seq = ++sequence_;
   node.pid = -1;
   node.pidfd.reset();
   node.ready = false;
@@ -605,16 +611,25 @@ void Daemon::HandleHello(int key, const nlohmann::json& message) {
 void Daemon::HandleReady(int index) {
   NodeState& node = nodes_[static_cast<size_t>(index)];
   node.ready = true;
-  if (!started_ || stopping_ || node.start_sent) return;
-  // A restarted instance joins a running graph: point the consumers of its
-  // outputs at its new publishers, and start it once they are connected.
+  node.ready_seq = ++sequence_;
+  if (stopping_ || node.start_sent) return;
+  // The first instance of every node is started by the barrier.
+  if (!started_ && node.summary.restarts == 0) return;
+  // A restarted instance (in a running graph, or one that died while the
+  // graph was still starting, whose consumers may be connected to its dead
+  // publishers): point the consumers of its outputs at its new publishers,
+  // and start it once they are connected.
   node.pending_acks.clear();
   for (const Edge& edge : node.launch->consumers) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (nodes_[i].spec->id != edge.consumer || !nodes_[i].running) continue;
-      // Only a started consumer reads its control messages (and answers).
+      // Before the start, only a consumer that connected before the old
+      // instance died holds a stale subscription; later ones found the new one.
+      if (!started_ && !(nodes_[i].ready && nodes_[i].ready_seq < node.died_seq)) continue;
+      // A started consumer answers from its event loop; one still waiting for
+      // the start answers from there.
       if (SendTo(static_cast<int>(i), {{"type", "reconnect"}, {"input", edge.consumer_input}}) &&
-          nodes_[i].start_sent) {
+          (nodes_[i].start_sent || !started_)) {
         node.pending_acks.emplace(static_cast<int>(i), edge.consumer_input);
       }
     }
@@ -646,6 +661,7 @@ void Daemon::StartRestarted(int index) {
   NodeState& node = nodes_[static_cast<size_t>(index)];
   node.pending_acks.clear();
   node.ack_deadline = kNever;
+  if (!started_) return;  // the barrier (Loop) starts it with the others
   if (!node.running || !node.ready || node.start_sent || stopping_) return;
   node.start_sent = SendTo(index, {{"type", "start"}});
 }
@@ -775,7 +791,8 @@ void Daemon::CheckBarrier() {
   int live = 0;
   for (const auto& node : nodes_) {
     if (node.finished) continue;
-    if (!node.running || !node.ready) return;
+    // A restarted instance first waits for its consumers to reconnect.
+    if (!node.running || !node.ready || !node.pending_acks.empty()) return;
     ++live;
   }
   if (live == 0) return;

@@ -394,6 +394,24 @@ TEST_F(DaemonTest, ConsumerOfOnlyARestartingProducerWaitsAndLosesNothing) {
   EXPECT_EQ(Find(summary["edges"], "edge", "source/out -> sink/in")["messages"], 9);
 }
 
+TEST_F(DaemonTest, ProducerDyingBeforeTheStartIsReconnectedToItsConsumers) {
+  // The sink connects to the source at once; the source dies while the slow
+  // node keeps the graph from starting. The restarted source is started only
+  // after the sink has moved to its new publisher, so nothing is lost.
+  WriteDataflow(TestNode("source", "--send 3 --crash-before-start 1",
+                         "    outputs: [out]\n    restart: on-failure\n    max_restarts: 2\n") +
+                TestNode("sink", "--print", "    inputs:\n      in: source/out\n") +
+                TestNode("slow", "--delay-ready 1500"));
+  auto run = Start();
+  ASSERT_EQ(run->Wait(), 0) << run->out() << run->err();
+  const std::string out = run->out();
+  EXPECT_THAT(out, HasSubstr("[sink] TOTAL messages=3 rows=12 sum=66\n")) << out;
+  EXPECT_THAT(Log("source"), Not(HasSubstr("starting anyway")));
+  nlohmann::json summary = Summary();
+  EXPECT_EQ(Find(summary["nodes"], "id", "source")["instances"], 2);
+  EXPECT_EQ(Find(summary["edges"], "edge", "source/out -> sink/in")["messages"], 3);
+}
+
 TEST_F(DaemonTest, RestartsRunOutAndTheRunFails) {
   WriteDataflow(TestNode("flaky", "--fail-runs 9 --fail-code 4",
                          "    restart: on-failure\n    max_restarts: 2\n"));

@@ -405,6 +405,9 @@ Status NodeImpl::AwaitStart(const Deadline& deadline) {
       HandleDaemonMessage(body);
       if (stop_queued_) return Status::OK();  // stopped before it started: Next says so
     }
+    // A producer restarted before the graph started: connect to its new
+    // publisher and say so, since the daemon holds the start until then.
+    AdoptReconnections();
     if (deadline.Expired()) {
       return Status::TimedOut("no start from the daemon within the start-up timeout");
     }

@@ -12,14 +12,20 @@
 //   --fail-runs K     while restart_count < K, end with --fail-code after sending
 //   --fail-code C     that exit code (default 3), skipping all cleanup (a crash)
 //   --exit-code C     exit code of a normal end
+//   --crash-before-start K   while restart_count < K, crash (--fail-code) 300 ms after
+//                     start-up unless the daemon has started the node by then
+//   --delay-ready MS  sleep before connecting to the daemon (a slow starter)
 // At the end it prints "TOTAL messages=M rows=R sum=S" (inputs received).
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <iostream>
+#include <thread>
 #include <map>
 #include <string>
 
@@ -48,6 +54,8 @@ struct Options {
   int64_t fail_runs = 0;
   int64_t fail_code = 3;
   int64_t exit_code = 0;
+  int64_t crash_before_start = 0;
+  int64_t delay_ready_ms = 0;
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -61,7 +69,8 @@ bool ParseOptions(int argc, char** argv, Options* options) {
       {"--send", &options->send},           {"--rows", &options->rows},
       {"--expect", &options->expect},       {"--wait-subscribers", &options->wait_subscribers},
       {"--fail-runs", &options->fail_runs}, {"--fail-code", &options->fail_code},
-      {"--exit-code", &options->exit_code}};
+      {"--exit-code", &options->exit_code}, {"--crash-before-start", &options->crash_before_start},
+      {"--delay-ready", &options->delay_ready_ms}};
   const std::map<std::string, std::string*> texts = {{"--stdout", &options->stdout_text},
                                                      {"--stderr", &options->stderr_text}};
   for (int i = 1; i < argc; ++i) {
@@ -100,8 +109,29 @@ Result<ferry::RecordBatchPtr> MakeBatch(ferry::MemoryPool* pool, int64_t index, 
 
 void Say(const std::string& line) { std::cout << line << std::endl; }
 
+// The restart count from the environment, before the node connects.
+int RunFromEnvironment() {
+  const char* text = std::getenv("FERRY_NODE_CONFIG");
+  auto config = ferry::flow::NodeConfig::FromJson(text == nullptr ? "" : text);
+  return config.ok() ? config->restart_count : 0;
+}
+
+std::atomic<bool> g_started{false};
+
 int Run(const Options& options) {
+  if (options.delay_ready_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options.delay_ready_ms));
+  }
+  if (RunFromEnvironment() < options.crash_before_start) {
+    // Dies while waiting for the daemon's start: its publishers exist and
+    // consumers may already be connected to them.
+    std::thread([code = options.fail_code] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (!g_started.load()) std::_Exit(static_cast<int>(code));
+    }).detach();
+  }
   auto created = Node::FromEnvironment();
+  g_started.store(true);
   if (!created.ok()) {
     std::cerr << "test_node: " << created.status().ToString() << std::endl;
     return 1;
