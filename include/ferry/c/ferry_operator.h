@@ -32,7 +32,10 @@
  * Ownership. For a FERRY_EVENT_INPUT event, event->array is the host's:
  * the operator may move it (copy the struct and set event->array->array.release
  * to NULL) to keep it past the call; otherwise the host releases it after
- * on_event returns. event->schema is borrowed for the duration of the call.
+ * on_event returns. event->schema is borrowed for the duration of the call;
+ * the host may lend one struct to every consumer of an output and to every
+ * event until the producer's schema changes, so never release or modify it
+ * (import or copy what must outlive the call).
  * send_output moves `array` (its release is NULL afterwards, even on error)
  * and borrows `schema`; the array must be a struct array (a record batch)
  * whose buffers are not written again (they are shared read-only with every
@@ -88,7 +91,8 @@ typedef struct FerryOperatorEvent {
   const char* id;                   /* input id (INPUT, INPUT_CLOSED); stop reason (STOP) */
   struct ArrowDeviceArray* array;   /* INPUT: the batch (see Ownership); else NULL */
   const struct ArrowSchema* schema; /* INPUT: its schema; else NULL */
-  const char* metadata_json;        /* INPUT: the message metadata as a JSON object; else NULL */
+  const char* metadata_json;        /* INPUT: the message metadata as a JSON object of string
+                                       values, compact ({"k":"v",...}); else NULL */
   const char* error;                /* ERROR: what went wrong; else NULL */
   uint64_t sequence;                /* INPUT: the producer's message number (from 1) */
 } FerryOperatorEvent;

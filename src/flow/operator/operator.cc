@@ -6,6 +6,7 @@
 // (copies made here are forwarded to the host's counters).
 #include "ferry/flow/operator.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "ferry/exchange/bridge.h"
 #include "ferry/telemetry/telemetry.h"
 #include "flow/operator/metadata_json.h"
+#include "flow/operator/schema_cache.h"
 
 namespace ferry::flow {
 namespace internal {
@@ -36,7 +38,31 @@ struct HostLink {
   // Telemetry values already forwarded, per counter and per fallback reason.
   std::vector<int64_t> forwarded_counters;
   std::vector<int64_t> forwarded_fallbacks;
+  // Read without the mutex (see ForwardTelemetry): whether there is anything
+  // to forward to (linked to a host that is another copy), the events since
+  // the last forwarding, and the sum of the copy counters then.
+  std::atomic<bool> forwarding{false};
+  std::atomic<uint32_t> unforwarded_events{0};
+  std::atomic<int64_t> forwarded_copies{0};
 };
+
+// Copies are forwarded to the host as soon as they happen; the counters that
+// move with every batch (exports, imports, releases, event waits) only every
+// kForwardEvery events, and at every init, drop and event other than INPUT.
+constexpr uint32_t kForwardEvery = 64;
+
+// The sum of what a copy or a refused exchange counts: any change is one.
+int64_t CopyCounters() {
+  using telemetry::Counter;
+  int64_t sum =
+      telemetry::Get(Counter::kBytesCopiedH2D) + telemetry::Get(Counter::kBytesCopiedD2H) +
+      telemetry::Get(Counter::kBytesCopiedD2D) + telemetry::Get(Counter::kBytesCopiedHost) +
+      telemetry::Get(Counter::kValidationErrors) + telemetry::Get(Counter::kReleaseErrors);
+  for (int i = 0; i < static_cast<int>(telemetry::FallbackReason::kCount); ++i) {
+    sum += telemetry::GetFallback(static_cast<telemetry::FallbackReason>(i));
+  }
+  return sum;
+}
 
 HostLink& Link() {
   static auto* link = new HostLink();  // never destroyed: release callbacks may outlive main
@@ -82,15 +108,26 @@ Status LinkToHost(const FerryOperatorHost* host) {
   for (size_t i = 0; i < link.forwarded_fallbacks.size(); ++i) {
     link.forwarded_fallbacks[i] = telemetry::GetFallback(static_cast<telemetry::FallbackReason>(i));
   }
+  link.forwarded_copies.store(CopyCounters(), std::memory_order_relaxed);
   link.linked = true;
+  link.forwarding.store(!link.same_copy, std::memory_order_release);
   return Status::OK();
 }
 
-// Adds what this copy counted since the last call to the host's counters.
-void ForwardTelemetry(const FerryOperatorHost* host) {
+// Adds what this copy counted since the last forwarding to the host's
+// counters: always when `now`, else when a copy was counted or kForwardEvery
+// events went by.
+void ForwardTelemetry(const FerryOperatorHost* host, bool now = true) {
   HostLink& link = Link();
+  if (!link.forwarding.load(std::memory_order_acquire)) return;
+  if (!now && link.unforwarded_events.fetch_add(1, std::memory_order_relaxed) + 1 < kForwardEvery &&
+      CopyCounters() == link.forwarded_copies.load(std::memory_order_relaxed)) {
+    return;
+  }
   std::lock_guard<std::mutex> lock(link.mutex);
+  link.unforwarded_events.store(0, std::memory_order_relaxed);
   if (!link.linked || link.same_copy || host->add_telemetry == nullptr) return;
+  link.forwarded_copies.store(CopyCounters(), std::memory_order_relaxed);
   for (size_t i = 0; i < link.forwarded_counters.size(); ++i) {
     const auto counter = static_cast<telemetry::Counter>(i);
     const int64_t now = telemetry::Get(counter);
@@ -132,6 +169,7 @@ class OperatorAdapter {
   }
 
   ~OperatorAdapter() {
+    for (SentSchema& sent : sent_schemas_) sent.c_schema.release(&sent.c_schema);
     op_.reset();
     // Work still queued may use memory the operator held: finish it first.
     for (auto& [device, queue] : queues_) (void)queue->Synchronize();
@@ -157,8 +195,9 @@ class OperatorAdapter {
         event.array->array.release == nullptr) {
       return Status::Invalid("an INPUT event without a batch");
     }
-    const std::string input = event.id ? event.id : "";
-    FERRY_ASSIGN_OR_RAISE(SchemaPtr schema, ImportSchema(event.schema));
+    Input& input = FindInput(event.id ? event.id : "");
+    // Imported again only when the producer's schema changed.
+    FERRY_ASSIGN_OR_RAISE(ImportedSchemaPtr schema, input.schemas.Import(event.schema));
     FERRY_ASSIGN_OR_RAISE(DeviceType type, device::DeviceTypeFromCode(event.array->device_type));
     FERRY_ASSIGN_OR_RAISE(device::Device * device,
                           DeviceRegistry::Global().Get(type, event.array->device_id));
@@ -167,13 +206,15 @@ class OperatorAdapter {
       FERRY_ASSIGN_OR_RAISE(options.queue, GetQueue(device));
     }
     FERRY_ASSIGN_OR_RAISE(device::DeviceArray array,
-                          device::ImportDeviceArray(event.array, struct_(schema->fields), options));
+                          device::ImportDeviceArray(event.array, schema->struct_type, options));
     FERRY_ASSIGN_OR_RAISE(RecordBatchPtr batch,
-                          RecordBatch::FromStructArray(array.data, schema->metadata));
-    FERRY_ASSIGN_OR_RAISE(Metadata metadata, MetadataFromJson(event.metadata_json));
+                          RecordBatch::FromStructArray(array.data, schema->schema->metadata));
+    // Parsed into the entries of the last event's metadata (no allocation
+    // when keys and values fit where the previous ones were).
+    FERRY_RETURN_NOT_OK(MetadataFromJson(event.metadata_json, &metadata_));
     op_->sequence_ = event.sequence;
-    return op_->OnInput(input, device::DeviceBatch{std::move(batch), array.device, array.event},
-                        metadata);
+    return op_->OnInput(input.id, device::DeviceBatch{std::move(batch), array.device, array.event},
+                        metadata_);
   }
 
   Status Send(const std::string& output, const device::DeviceBatch& batch,
@@ -183,16 +224,16 @@ class OperatorAdapter {
     ArrowDeviceArray c_array;
     FERRY_RETURN_NOT_OK(device::ExportDeviceArray(
         device::DeviceArray{batch.batch->ToStructArray(), device, batch.event}, &c_array));
-    ArrowSchema c_schema;
-    Status exported = ExportSchema(*batch.batch->schema(), &c_schema);
-    if (!exported.ok()) {
+    auto c_schema = ExportedSchema(batch.batch->schema());
+    if (!c_schema.ok()) {
       c_array.array.release(&c_array.array);
-      return exported;
+      return c_schema.status();
     }
-    const std::string metadata_json = MetadataToJson(metadata);
-    const int code = host_->send_output(host_->context, output.c_str(), &c_array, &c_schema,
-                                        metadata_json.c_str());
-    c_schema.release(&c_schema);
+    // Written into the same buffer every time. Sending from inside OnInput
+    // never touches metadata_ (the input's), so an operator may send that.
+    MetadataToJson(metadata, &metadata_json_);
+    const int code = host_->send_output(host_->context, output.c_str(), &c_array, *c_schema,
+                                        metadata_json_.c_str());
     // The host moves the array even on error; a host that did not is covered.
     if (c_array.array.release != nullptr) c_array.array.release(&c_array.array);
     if (code != 0) {
@@ -204,10 +245,53 @@ class OperatorAdapter {
   }
 
  private:
+  // A schema this operator sent, exported once (send_output only borrows
+  // it). Held by its SchemaPtr, so the object cannot change or be replaced
+  // by another at the same address while it is here.
+  struct SentSchema {
+    SchemaPtr schema;
+    ArrowSchema c_schema;
+  };
+  static constexpr size_t kSentSchemas = 8;
+
+  Result<const ArrowSchema*> ExportedSchema(const SchemaPtr& schema) {
+    if (schema == nullptr) return Status::Invalid("the batch has no schema");
+    for (SentSchema& sent : sent_schemas_) {
+      if (sent.schema == schema) return &sent.c_schema;
+    }
+    SentSchema sent{schema, {}};
+    FERRY_RETURN_NOT_OK(ExportSchema(*schema, &sent.c_schema));
+    if (sent_schemas_.size() == kSentSchemas) {
+      sent_schemas_.front().c_schema.release(&sent_schemas_.front().c_schema);
+      sent_schemas_.erase(sent_schemas_.begin());
+    }
+    sent_schemas_.push_back(std::move(sent));
+    return &sent_schemas_.back().c_schema;
+  }
+
+  // What the helper keeps per input: its id as OnInput takes it, and the
+  // import of the schema its producer sends.
+  struct Input {
+    std::string id;
+    SchemaCache schemas;
+  };
+
+  Input& FindInput(const char* id) {
+    for (auto& input : inputs_) {
+      if (input->id == id) return *input;
+    }
+    inputs_.push_back(std::make_unique<Input>(Input{id, SchemaCache()}));
+    return *inputs_.back();
+  }
+
   std::unique_ptr<Operator> op_;
   const FerryOperatorHost* host_;
   std::string id_;
   std::map<device::Device*, device::QueuePtr> queues_;
+  std::vector<std::unique_ptr<Input>> inputs_;
+  std::vector<SentSchema> sent_schemas_;
+  Metadata metadata_;          // the input event's, reused
+  std::string metadata_json_;  // what Send writes, reused
 };
 
 void WriteError(char* error, size_t size, const char* message) noexcept {
@@ -281,7 +365,8 @@ int OperatorOnEvent(void* state, const FerryOperatorEvent* event, char* error, s
       default:
         break;  // event types of later ABI versions: nothing to do
     }
-    ForwardTelemetry(adapter->host());
+    // Batched for INPUT events: they come by the thousand.
+    ForwardTelemetry(adapter->host(), /*now=*/event->type != FERRY_EVENT_INPUT);
     return code;
   } catch (...) {
     WriteException(error, error_size, std::current_exception());

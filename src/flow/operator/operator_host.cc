@@ -20,6 +20,7 @@
 #include "ferry/flow/operator.h"
 #include "ferry/telemetry/telemetry.h"
 #include "flow/operator/metadata_json.h"
+#include "flow/operator/schema_cache.h"
 #include "flow/operator/shared_array.h"
 
 #ifdef FERRY_HAVE_OPENCL
@@ -28,7 +29,9 @@
 
 namespace ferry::flow {
 
+using internal::ImportedSchemaPtr;
 using internal::OwnedDeviceArray;
+using internal::SchemaCache;
 using internal::SharedDeviceArray;
 
 // ---- Shared libraries ---------------------------------------------------------
@@ -58,7 +61,11 @@ class LibraryOperator final : public OperatorInstance {
 
   int OnEvent(const FerryOperatorEvent& event, const FerryOperatorHost* host,
               std::string* error) override {
-    char message[kErrorSize] = "";
+    // Not zeroed as a whole (this runs per event); the last byte bounds a
+    // message an operator forgot to terminate.
+    char message[kErrorSize];
+    message[0] = '\0';
+    message[kErrorSize - 1] = '\0';
     const int code = on_event_(state_, &event, host, message, sizeof(message));
     if (code == FERRY_OPERATOR_ERROR) {
       *error = message[0] ? message : "on_event returned an error without a message";
@@ -142,6 +149,8 @@ class OperatorHost::Impl {
     std::vector<uint64_t> output_sequence;    // per output
     std::vector<std::vector<Target>> routes;  // per output: in-process consumers
     std::vector<bool> publish;                // per output: the node has "<op>/<output>"
+    std::vector<SchemaCache> output_schemas;  // per output: the schema it last sent
+    std::vector<SchemaCache> input_schemas;   // per input fed by the node
     std::map<device::Device*, device::QueuePtr> queues;
     OperatorStats stats;
 
@@ -154,7 +163,7 @@ class OperatorHost::Impl {
     size_t slot = 0;
     size_t input = 0;
     OwnedDeviceArray array;
-    SchemaPtr schema;
+    ImportedSchemaPtr schema;  // with its C export, lent to the consumer
     std::string metadata_json;
     uint64_t sequence = 0;
     std::string text;  // kError: the message
@@ -187,6 +196,8 @@ class OperatorHost::Impl {
     slot->output_sequence.assign(definition.outputs.size(), 0);
     slot->routes.assign(definition.outputs.size(), {});
     slot->publish.assign(definition.outputs.size(), false);
+    slot->output_schemas.assign(definition.outputs.size(), SchemaCache(/*export_c=*/true));
+    slot->input_schemas.assign(definition.inputs.size(), SchemaCache(/*export_c=*/true));
     slot->stats.id = definition.id;
     FerryOperatorHost& c_host = slot->c_host;
     c_host.abi_version = FERRY_OPERATOR_ABI_VERSION;
@@ -390,21 +401,14 @@ class OperatorHost::Impl {
     FerryOperatorEvent event{};
     switch (delivery.kind) {
       case Delivery::Kind::kInput: {
-        ArrowSchema schema;
-        Status exported = ExportSchema(*delivery.schema, &schema);
-        if (!exported.ok()) {
-          Report(slot, "its input '" + slot.definition.inputs[delivery.input].id +
-                           "' could not be handed over: " + exported.message());
-          return;
-        }
         event.type = FERRY_EVENT_INPUT;
         event.id = slot.definition.inputs[delivery.input].id.c_str();
         event.array = delivery.array.get();
-        event.schema = &schema;
+        // Exported once per producer schema and lent to every consumer.
+        event.schema = &delivery.schema->exported;
         event.metadata_json = delivery.metadata_json.c_str();
         event.sequence = delivery.sequence;
         Call(slot, event);
-        schema.release(&schema);
         delivery.array.Reset();  // unless the operator moved it
         break;
       }
@@ -503,8 +507,8 @@ class OperatorHost::Impl {
   }
 
   // Queues a batch for one input, applying the input's overflow policy.
-  void Enqueue(const Target& target, OwnedDeviceArray array, SchemaPtr schema,
-               const std::string& metadata_json, uint64_t sequence) {
+  void Enqueue(const Target& target, OwnedDeviceArray array, ImportedSchemaPtr schema,
+               std::string metadata_json, uint64_t sequence) {
     Slot& slot = *slots_[target.slot];
     if (!slot.alive() || !slot.input_open[target.input]) return;
     const auto& input = slot.definition.inputs[target.input];
@@ -532,7 +536,7 @@ class OperatorHost::Impl {
     delivery.input = target.input;
     delivery.array = std::move(array);
     delivery.schema = std::move(schema);
-    delivery.metadata_json = metadata_json;
+    delivery.metadata_json = std::move(metadata_json);
     delivery.sequence = sequence;
     ++slot.pending[target.input];
     pending_.push_back(std::move(delivery));
@@ -572,9 +576,16 @@ class OperatorHost::Impl {
                        "' could not be handed over: " + status.message());
       return;
     }
+    OwnedDeviceArray owned(&exported);
+    auto schema = slot.input_schemas[target.input].Wrap(batch->schema());
+    if (!schema.ok()) {
+      Report(slot, "its input '" + slot.definition.inputs[target.input].id +
+                       "' could not be handed over: " + schema.status().message());
+      return;
+    }
     ++slot.stats.inputs_external;
-    Enqueue(target, OwnedDeviceArray(&exported), batch->schema(),
-            internal::MetadataToJson(event.metadata), event.sequence);
+    Enqueue(target, std::move(owned), std::move(*schema), internal::MetadataToJson(event.metadata),
+            event.sequence);
   }
 
   void CloseExternal(const std::string& id) {
@@ -583,8 +594,9 @@ class OperatorHost::Impl {
   }
 
   // Publishes a batch on the node output "<op>/<output>".
-  Status Publish(Slot& slot, size_t output, OwnedDeviceArray array, const SchemaPtr& schema,
-                 const std::string& metadata_json) {
+  Status Publish(Slot& slot, size_t output, OwnedDeviceArray array,
+                 const ImportedSchemaPtr& schemas, const std::string& metadata_json) {
+    const SchemaPtr& schema = schemas->schema;
     const std::string port = slot.definition.id + "/" + slot.definition.outputs[output];
     FERRY_ASSIGN_OR_RAISE(device::DeviceType type,
                           device::DeviceTypeFromCode(array.get()->device_type));
@@ -593,7 +605,7 @@ class OperatorHost::Impl {
     device::ImportOptions options;
     options.timeout = options_.wait_timeout;
     FERRY_ASSIGN_OR_RAISE(device::DeviceArray imported,
-                          device::ImportDeviceArray(array.get(), struct_(schema->fields), options));
+                          device::ImportDeviceArray(array.get(), schemas->struct_type, options));
     ArrayDataPtr data = imported.data;
     if (!device::IsHostAccessible(type)) {
       // Another process cannot map this memory: one counted copy to the host,
@@ -655,54 +667,76 @@ class OperatorHost::Impl {
   Status Send(Slot& slot, const char* output_id, OwnedDeviceArray array,
               const ArrowSchema* c_schema, const char* metadata_json) {
     if (output_id == nullptr) return Status::Invalid("send_output needs an output id");
-    const std::string output_name = output_id;
     if (!slot.in_call) {
       return Status::Invalid("outputs are sent from on_event (not from init or drop)");
     }
-    auto output =
-        std::find(slot.definition.outputs.begin(), slot.definition.outputs.end(), output_name);
-    if (output == slot.definition.outputs.end()) {
+    const auto& outputs = slot.definition.outputs;
+    size_t o = 0;
+    while (o < outputs.size() && std::strcmp(outputs[o].c_str(), output_id) != 0) ++o;
+    if (o == outputs.size()) {
       std::string listed;
-      for (const auto& name : slot.definition.outputs)
-        listed += (listed.empty() ? "" : ", ") + name;
-      return Status::Invalid("operator '" + slot.definition.id + "' has no output '" + output_name +
+      for (const auto& name : outputs) listed += (listed.empty() ? "" : ", ") + name;
+      return Status::Invalid("operator '" + slot.definition.id + "' has no output '" + output_id +
                              "' (outputs: " + (listed.empty() ? "none" : listed) + ")");
     }
-    const size_t o = static_cast<size_t>(output - slot.definition.outputs.begin());
-    const std::string named = "output '" + output_name + "': ";
-    if (!array.valid()) return Status::Invalid(named + "the array is released (NULL release)");
-    if (c_schema == nullptr) return Status::Invalid(named + "the schema is NULL");
-    auto schema = ImportSchema(c_schema);
+    // Messages are built only on failure: this runs per batch.
+    auto named = [&](const std::string& message) {
+      return Status::Invalid("output '" + outputs[o] + "': " + message);
+    };
+    if (!array.valid()) return named("the array is released (NULL release)");
+    if (c_schema == nullptr) return named("the schema is NULL");
+    // Imported again only when the producer's schema changed.
+    auto schema = slot.output_schemas[o].Import(c_schema);
     if (!schema.ok()) {
-      return Status::Invalid(
-          named + "a batch must be a struct array (record batch): " + schema.status().message());
+      return named("a batch must be a struct array (record batch): " + schema.status().message());
     }
     const ArrowArray& root = array.get()->array;
-    if (root.length < 0 || root.n_children != (*schema)->num_fields()) {
-      return Status::Invalid(named + "the array does not match its schema (" +
-                             std::to_string(root.n_children) + " children, " +
-                             std::to_string((*schema)->num_fields()) + " fields, length " +
-                             std::to_string(root.length) + ")");
+    const int num_fields = (*schema)->schema->num_fields();
+    if (root.length < 0 || root.n_children != num_fields) {
+      return named("the array does not match its schema (" + std::to_string(root.n_children) +
+                   " children, " + std::to_string(num_fields) + " fields, length " +
+                   std::to_string(root.length) + ")");
     }
     auto type = device::DeviceTypeFromCode(array.get()->device_type);
-    if (!type.ok()) return Status::Invalid(named + type.status().message());
-    auto metadata = internal::MetadataFromJson(metadata_json);
-    if (!metadata.ok()) return Status::Invalid(named + metadata.status().message());
-    const std::string metadata_text = internal::MetadataToJson(*metadata);
+    if (!type.ok()) return named(type.status().message());
+    // Metadata already in its normal form (what operators send nearly
+    // always) travels as it is; anything else is parsed and written again.
+    std::string metadata_text;
+    const size_t metadata_size = metadata_json ? std::strlen(metadata_json) : 0;
+    if (internal::IsCanonicalMetadataJson(metadata_json, metadata_size)) {
+      metadata_text.assign(metadata_json, metadata_size);
+    } else {
+      Metadata metadata;
+      Status parsed = internal::MetadataFromJson(metadata_json, &metadata);
+      if (!parsed.ok()) return named(parsed.message());
+      internal::MetadataToJson(metadata, &metadata_text);
+    }
 
     const uint64_t sequence = ++slot.output_sequence[o];
     ++slot.stats.outputs_sent;
+    size_t listening = 0;
+    const Target* only = nullptr;
+    for (const Target& target : slot.routes[o]) {
+      const Slot& consumer = *slots_[target.slot];
+      if (consumer.alive() && consumer.input_open[target.input]) {
+        ++listening;
+        only = &target;
+      }
+    }
+    const bool publish = slot.publish[o];
+    if (listening == 0 && !publish) return Status::OK();  // nobody listens: released here
+    if (listening == 1 && !publish) {
+      const Target target = *only;
+      ++slots_[target.slot]->stats.inputs_moved;
+      Enqueue(target, std::move(array), std::move(*schema), std::move(metadata_text), sequence);
+      return Status::OK();
+    }
+    // Several consumers: collected first, as enqueueing may change who listens.
     std::vector<Target> targets;
+    targets.reserve(listening);
     for (const Target& target : slot.routes[o]) {
       const Slot& consumer = *slots_[target.slot];
       if (consumer.alive() && consumer.input_open[target.input]) targets.push_back(target);
-    }
-    const bool publish = slot.publish[o];
-    if (targets.empty() && !publish) return Status::OK();  // nobody listens: released here
-    if (targets.size() == 1 && !publish) {
-      ++slots_[targets[0].slot]->stats.inputs_moved;
-      Enqueue(targets[0], std::move(array), std::move(*schema), metadata_text, sequence);
-      return Status::OK();
     }
     auto shared = SharedDeviceArray::Adopt(std::move(array));
     for (const Target& target : targets) {
