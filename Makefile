@@ -22,12 +22,16 @@ build-asan: setup
 # The main job: a C++ producer hands a record batch to pyarrow and polars in
 # one process and prints it with the telemetry that shows no byte was copied;
 # then a Python -> C++ -> Python dataflow runs under `ferry run` and prints its
-# per-edge summary (messages, bytes, bytes copied, drops).
+# per-edge summary (messages, bytes, bytes copied, drops); then a fleet control
+# plane (SQLite store) with two agents declaring 4 GPUs each runs three jobs,
+# one of them a gang across both nodes (scripts/fleet-demo).
 run: build
 	@PYTHONPATH=$(CURDIR)/python $(PY) examples/exchange_demo.py
 	@echo
 	@cd examples/python-cpp-python && FERRY_PYTHON=$(PY) $(CURDIR)/build/release/bin/ferry run \
 	  --log-dir $(CURDIR)/build/logs dataflow.yml
+	@echo
+	@scripts/fleet-demo
 
 test: test-cpp test-asan test-python
 

@@ -4,12 +4,16 @@
 //   ferry stop RUN_ID [--timeout S]
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version
+//   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
+//                            (the fleet: docs/fleet-cli.md)
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/fleet_cli.h"
 #include "ferry/flow/dataflow.h"
 #include "flow/daemon/daemon.h"
 #include "flow/operator/runtime_main.h"
@@ -133,14 +137,32 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
+  ferry::cli::FleetCommands fleet(app);
+
+  // `ferry submit [options] -- command args`: the command is everything after "--".
+  std::vector<char*> args(argv, argv + argc);
+  if (argc >= 2 && std::string(argv[1]) == "submit") {
+    auto dashes = std::find_if(args.begin() + 2, args.end(),
+                               [](const char* arg) { return std::string(arg) == "--"; });
+    if (dashes != args.end()) {
+      std::vector<std::string> command(dashes + 1, args.end());
+      if (command.empty()) {
+        std::cerr << "ferry: nothing after \"--\" (expected a command)\n";
+        return 2;
+      }
+      fleet.SetSubmitCommand(std::move(command));
+      args.erase(dashes, args.end());
+    }
+  }
 
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? 0 : 2;
   }
 
+  if (const int code = fleet.Run(); code >= 0) return code;
   if (version->parsed()) {
     std::cout << "ferry " << FERRY_VERSION << "\n";
     return 0;

@@ -1,0 +1,48 @@
+// `ferry agent`: the per-node agent. Registers the node and its GPUs (NVML
+// when an NVIDIA driver is present, else the declared inventory), syncs with
+// the server (heartbeat + long poll for assignments), launches each task as a
+// process group with CUDA_VISIBLE_DEVICES and FERRY_* variables, ships its
+// stdout/stderr, reports exits, and kills tasks the server says to stop
+// (SIGTERM, then SIGKILL after the grace period).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ferry/exchange/status.h"
+#include "ferry/fleet/store.h"
+
+namespace ferry::fleet {
+
+struct AgentOptions {
+  std::string server_url = "http://127.0.0.1:8700";
+  std::string token;          // bearer token of an agent identity
+  std::string node_name;      // default: the host name
+  std::string pool = "default";
+  std::map<std::string, std::string> labels;
+  double cpus = 0;            // 0: the machine's
+  int64_t memory_mb = 0;      // 0: the machine's
+  // Declared GPUs, used when NVML finds none (or when `ignore_nvml`).
+  std::vector<GpuInventory> declared_gpus;
+  bool ignore_nvml = false;
+  std::string work_dir = ".";      // tasks run here unless the spec says otherwise
+  int64_t sync_wait_ms = 2'000;    // long-poll wait per sync
+};
+
+// Parses a GPU declaration: "8xH200" or "8xH200:141312" (count x model [:memory MiB]),
+// several separated by commas ("4xA100,4xH100"). Indices follow in order.
+Result<std::vector<GpuInventory>> ParseGpuDeclaration(const std::string& text,
+                                                      const std::string& node_name);
+
+// GPUs found through NVML (libnvidia-ml.so.1, loaded at run time); an empty
+// list when no driver is present.
+std::vector<GpuInventory> DiscoverNvmlGpus();
+
+// Runs until `stop` or SIGINT/SIGTERM; kills its tasks' process groups on the way out.
+Status RunAgent(const AgentOptions& options, std::atomic<bool>* stop = nullptr,
+                bool handle_signals = true);
+
+}  // namespace ferry::fleet

@@ -1,0 +1,194 @@
+// The fleet's data model: who submits (tenants → teams → users), what they
+// submit (a JobSpec), where it runs (pools, nodes, GPUs) and what happened
+// (job states with reason codes, attempts, events). Plain value types shared
+// by the store, the server, the scheduler and the agent; the JSON wire shapes
+// are in docs/fleet-api.md and model_json.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry::fleet {
+
+// Job life cycle. PENDING → ADMITTED (placed, GPUs allocated) → RUNNING (the
+// agents started every task) → one terminal state. LOST and PREEMPTED are
+// recorded as events and the job goes back to PENDING with attempt + 1 until
+// its retry limit; past it the job ends FAILED with reason RETRY_LIMIT.
+enum class JobState {
+  kPending,
+  kAdmitted,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kPreempted,
+  kTimeout,
+  kLost,
+};
+
+// "PENDING", "ADMITTED", ... as stored and sent on the wire.
+std::string_view ToString(JobState state);
+std::optional<JobState> ParseJobState(std::string_view text);
+// SUCCEEDED, FAILED, CANCELLED, TIMEOUT (PREEMPTED and LOST requeue the job).
+bool IsTerminal(JobState state);
+
+// Reason codes: one word per cause, stored with every state change and shown
+// to users. The list is closed; docs/fleet-api.md explains each one.
+namespace reason {
+inline constexpr std::string_view kSubmitted = "SUBMITTED";
+inline constexpr std::string_view kNoCapacity = "NO_CAPACITY";            // fits the fleet, not free now
+inline constexpr std::string_view kGangIncomplete = "GANG_INCOMPLETE";    // some tasks would fit, not all
+inline constexpr std::string_view kUnsatisfiable = "CONSTRAINT_UNSATISFIABLE";  // no node could ever fit
+inline constexpr std::string_view kPlaced = "PLACED";
+inline constexpr std::string_view kTasksStarted = "TASKS_STARTED";
+inline constexpr std::string_view kExitedZero = "EXITED_ZERO";
+inline constexpr std::string_view kExitedNonZero = "EXITED_NONZERO";     // a task exited != 0
+inline constexpr std::string_view kKilledBySignal = "KILLED_BY_SIGNAL";
+inline constexpr std::string_view kLaunchFailed = "LAUNCH_FAILED";       // the agent could not start it
+inline constexpr std::string_view kCancelledByUser = "CANCELLED_BY_USER";
+inline constexpr std::string_view kMaxRuntimeExceeded = "MAX_RUNTIME_EXCEEDED";
+inline constexpr std::string_view kNodeLost = "NODE_LOST";               // lease expired
+inline constexpr std::string_view kRequeued = "REQUEUED";
+inline constexpr std::string_view kRetryLimit = "RETRY_LIMIT";
+inline constexpr std::string_view kPreemptedByPriority = "PREEMPTED_BY_PRIORITY";
+}  // namespace reason
+
+enum class Role {
+  kUser,           // submits; sees the jobs of its tenant; cancels its own jobs
+  kTeamAdmin,      // as kUser, and cancels any job of its team
+  kPlatformAdmin,  // sees and cancels every tenant's jobs; drains nodes; manages identities
+  kAgent,          // a node agent: only the /v1/agent endpoints
+};
+std::string_view ToString(Role role);  // "user", "team_admin", "platform_admin", "agent"
+std::optional<Role> ParseRole(std::string_view text);
+
+// The caller of a request, resolved from its bearer token.
+struct Principal {
+  int64_t tenant_id = 0;
+  std::string tenant;
+  int64_t team_id = 0;
+  std::string team;
+  int64_t user_id = 0;
+  std::string user;
+  Role role = Role::kUser;
+};
+
+// What a user asks for. Validated by ParseJobSpec (model_json.h); the limits
+// are those constants.
+struct JobSpec {
+  static constexpr int kMaxTasks = 1024;
+  static constexpr int kMaxGpusPerTask = 64;
+  static constexpr int kMaxArgs = 4096;
+
+  std::string name;                          // 1..128 chars
+  std::vector<std::string> command;          // argv; empty only when `dataflow` is set
+  std::map<std::string, std::string> env;
+  std::string working_dir;                   // on the node; empty: the agent's work dir
+  std::string dataflow;                      // path of a dataflow.yml run with `ferry run`
+  int tasks = 1;                             // gang size: all start together or none
+  int gpus_per_task = 0;
+  std::vector<std::string> gpu_models;       // any of these models; empty: any model
+  double cpus_per_task = 1.0;
+  int64_t memory_mb_per_task = 0;            // 0: no memory requirement
+  int priority = 0;                          // higher runs first; -1000..1000
+  bool preemptible = false;
+  int64_t max_runtime_seconds = 0;           // 0: unlimited
+  int max_retries = 3;                       // requeues after LOST/PREEMPTED
+  std::map<std::string, std::string> labels;
+};
+
+// One task of one attempt placed on a node.
+struct TaskPlacement {
+  int task = 0;
+  int64_t node_id = 0;
+  std::string node;
+  std::vector<int64_t> gpu_ids;   // store ids
+  std::vector<int> gpu_indices;   // indices on the node (CUDA_VISIBLE_DEVICES)
+};
+
+struct AttemptRecord {
+  int attempt = 0;
+  JobState state = JobState::kPending;  // how the attempt ended (or RUNNING/ADMITTED while open)
+  std::string reason;
+  int64_t admitted_at_ms = 0;
+  int64_t started_at_ms = 0;
+  int64_t ended_at_ms = 0;
+  std::optional<int> exit_code;
+  std::vector<TaskPlacement> placement;
+};
+
+struct Job {
+  int64_t id = 0;
+  int64_t tenant_id = 0;
+  int64_t team_id = 0;
+  int64_t user_id = 0;
+  std::string tenant;
+  std::string team;
+  std::string user;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;
+  int attempt = 1;                     // current attempt, from 1
+  std::vector<TaskPlacement> placement;  // the current attempt's, empty while PENDING
+  std::vector<AttemptRecord> attempts;   // every attempt, oldest first (filled by GetJob)
+  int64_t created_at_ms = 0;
+  int64_t admitted_at_ms = 0;
+  int64_t started_at_ms = 0;
+  int64_t finished_at_ms = 0;
+  std::optional<int> exit_code;
+};
+
+// One line of a job's timeline (and the audit log).
+struct JobEvent {
+  int64_t id = 0;
+  int64_t job_id = 0;
+  int64_t at_ms = 0;
+  std::string type;      // "state", "cancel_requested", "task_started", "task_exited", ...
+  std::optional<JobState> state;  // for type "state": the new state
+  std::string reason;    // a reason:: code
+  std::string message;   // human detail ("task 1 on node-b exited with 3")
+  std::string actor;     // user name, "scheduler", "agent:<node>", "server"
+};
+
+struct Gpu {
+  int64_t id = 0;
+  int index = 0;              // on its node
+  std::string model;          // e.g. "H200", as NVML names it or as configured
+  int64_t memory_mb = 0;
+  std::string uuid;           // NVML uuid or "<node>-gpu<index>"
+  std::optional<int64_t> job_id;  // the job holding an open allocation on it
+};
+
+enum class NodeState { kReady, kLost };
+std::string_view ToString(NodeState state);  // "READY", "LOST"
+
+struct Node {
+  int64_t id = 0;
+  std::string name;           // unique across the fleet
+  std::string pool;
+  std::map<std::string, std::string> labels;
+  double cpus = 0;
+  int64_t memory_mb = 0;
+  NodeState state = NodeState::kReady;
+  bool drain = false;         // drained nodes get no new work; running work finishes
+  std::string instance;       // random id of the agent process that registered last
+  int64_t registered_at_ms = 0;
+  int64_t last_heartbeat_ms = 0;
+  int64_t lease_expires_at_ms = 0;
+  std::vector<Gpu> gpus;
+};
+
+struct Pool {
+  std::string name;
+  int nodes = 0;
+  int nodes_ready = 0;
+  int gpus = 0;
+  int gpus_free = 0;  // on READY, undrained nodes, without an open allocation
+  std::map<std::string, int> gpus_by_model;
+};
+
+}  // namespace ferry::fleet

@@ -1,0 +1,41 @@
+// JSON forms of the fleet model, as sent by the REST API (docs/fleet-api.md)
+// and as the store keeps a job's spec. Parsing is strict: unknown fields,
+// wrong types and out-of-range values are refused with an error that names
+// the field ("gpus_per_task: must be between 0 and 64").
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ferry/exchange/status.h"
+#include "ferry/fleet/model.h"
+#include "ferry/fleet/store.h"
+
+namespace ferry::fleet {
+
+// One problem with one field of a request body.
+struct FieldError {
+  std::string field;   // JSON pointer-ish path: "tasks", "env.PATH", "command[2]"
+  std::string detail;  // "must be an integer between 1 and 1024"
+};
+
+// Parses and validates a submission body. On failure returns every field
+// error found (not only the first); `errors` is empty on success.
+Result<JobSpec> ParseJobSpec(const nlohmann::json& body, std::vector<FieldError>* errors);
+
+nlohmann::json ToJson(const JobSpec& spec);
+nlohmann::json ToJson(const TaskPlacement& placement);
+// The full job resource (GET /v1/jobs/{id}); `with_attempts` adds the history.
+nlohmann::json ToJson(const Job& job, bool with_attempts = true);
+nlohmann::json ToJson(const JobEvent& event);
+nlohmann::json ToJson(const Node& node);
+nlohmann::json ToJson(const Pool& pool);
+nlohmann::json ToJson(const TaskAssignment& assignment);
+
+// Milliseconds since the epoch as RFC 3339 UTC with milliseconds
+// ("2026-11-29T14:41:08.123Z"); 0 becomes null.
+nlohmann::json TimestampJson(int64_t unix_ms);
+
+}  // namespace ferry::fleet

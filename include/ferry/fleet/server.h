@@ -1,0 +1,39 @@
+// `ferry server`: the fleet control plane. Serves the REST API
+// (docs/fleet-api.md) over a Store, runs the scheduler loop, expires node
+// leases and job runtimes, and purges old idempotency keys.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "ferry/exchange/status.h"
+
+namespace ferry::fleet {
+
+struct ServerOptions {
+  std::string store_url = "sqlite:ferry-fleet.db";
+  std::string host = "127.0.0.1";
+  int port = 8700;            // 0: any free port (written to port_file)
+  std::string port_file;      // when set, the bound port is written here once listening
+  std::string data_dir = ".";  // bootstrap tokens are written here
+  int threads = 8;            // HTTP worker threads
+  int64_t lease_ms = 10'000;  // node lease; agents sync well within it
+  int64_t schedule_interval_ms = 100;  // also runs right after submissions and task exits
+  int64_t max_body_bytes = 1 << 20;
+  double rate_per_second = 200;  // per-user token bucket (0 disables)
+  double rate_burst = 400;
+  int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;
+  int64_t stop_grace_ms = 10'000;  // SIGTERM → SIGKILL, told to agents with every stop
+  int max_page_size = 500;
+  int default_page_size = 50;
+};
+
+// Runs until `stop` becomes true or SIGINT/SIGTERM arrives (when
+// `handle_signals`). On a fresh store it creates tenant/team "default", a
+// platform admin "admin" and an agent identity "agent", and writes their
+// tokens to <data_dir>/admin.token and <data_dir>/agent.token (mode 0600).
+Status RunServer(const ServerOptions& options, std::atomic<bool>* stop = nullptr,
+                 bool handle_signals = true);
+
+}  // namespace ferry::fleet

@@ -1,0 +1,276 @@
+// The fleet's durable store: one interface, two back ends (SQLite, the
+// embedded default; PostgreSQL for scale). Every method is one transaction;
+// a method that returns OK has committed. All methods are thread-safe.
+// Times are passed in (now_ms, Unix milliseconds) so tests control the clock.
+//
+// Invariants the schema itself enforces (not only this code):
+//  - no GPU carries two open allocations (a partial unique index on
+//    allocations(gpu_id) WHERE released_at_ms IS NULL);
+//  - an idempotency key is unique per user.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/exchange/status.h"
+#include "ferry/fleet/model.h"
+
+namespace ferry::fleet {
+
+// Which jobs a caller may see: one tenant, or every tenant (platform admins).
+struct Scope {
+  std::optional<int64_t> tenant_id;
+  static Scope All() { return {}; }
+  static Scope Tenant(int64_t id) { return {id}; }
+};
+
+// ---- Identity.
+struct TokenInfo {
+  int64_t id = 0;
+  std::string label;
+  int64_t created_at_ms = 0;
+};
+
+// ---- Jobs.
+struct SubmitRequest {
+  Principal principal;
+  JobSpec spec;
+  std::string idempotency_key;  // empty: none
+  std::string request_hash;     // hex SHA-256 of the canonical request body
+  int64_t now_ms = 0;
+  int64_t key_ttl_ms = 24LL * 3600 * 1000;  // older keys are ignored (and purged)
+};
+
+struct SubmitResult {
+  enum class Outcome {
+    kCreated,      // a new job; response_body is what `render` returned
+    kReplayed,     // same key, same body: the original status and body
+    kKeyMismatch,  // same key, different body: nothing was created
+  };
+  Outcome outcome = Outcome::kCreated;
+  Job job;                  // the created or original job (empty for kKeyMismatch)
+  int status_code = 201;
+  std::string response_body;
+};
+
+struct JobFilter {
+  std::vector<JobState> states;  // any of these; empty: all
+  std::string user;              // user name; empty: all
+  std::string team;              // team name; empty: all
+  std::map<std::string, std::string> labels;  // every pair must match
+};
+
+// Newest first (id descending). `next_before_id` is set when more jobs match.
+struct JobPage {
+  std::vector<Job> jobs;
+  std::optional<int64_t> next_before_id;
+};
+
+enum class CancelOutcome {
+  kNotFound,         // no such job in scope
+  kCancelled,        // now CANCELLED; running tasks will be told to stop
+  kAlreadyFinished,  // already terminal: unchanged (cancel is idempotent)
+};
+
+// ---- Nodes and agents.
+struct GpuInventory {
+  int index = 0;
+  std::string model;
+  int64_t memory_mb = 0;
+  std::string uuid;
+};
+
+struct NodeRegistration {
+  std::string name;
+  std::string pool;
+  std::map<std::string, std::string> labels;
+  double cpus = 0;
+  int64_t memory_mb = 0;
+  std::string instance;  // random per agent process; a new instance means the old tasks are gone
+  std::vector<GpuInventory> gpus;
+};
+
+struct TaskRef {
+  int64_t job_id = 0;
+  int task = 0;
+  int attempt = 0;
+  bool operator==(const TaskRef&) const = default;
+};
+
+struct TaskReport {
+  enum class Kind { kStarted, kExited, kLaunchFailed };
+  TaskRef ref;
+  Kind kind = Kind::kStarted;
+  std::optional<int> exit_code;  // kExited: the exit status, or unset when killed by a signal
+  std::optional<int> signal;     // kExited by a signal
+  std::string message;
+  int64_t at_ms = 0;
+};
+
+// Everything an agent needs to launch one task.
+struct TaskAssignment {
+  TaskRef ref;
+  std::string job_name;
+  JobSpec spec;
+  std::vector<int> gpu_indices;
+  std::vector<std::string> gpu_uuids;
+  std::vector<std::string> gang_nodes;  // node of every task, by task index
+};
+
+struct SyncRequest {
+  std::string node;
+  std::string instance;
+  std::vector<TaskRef> running;     // what the agent runs now
+  std::vector<TaskReport> reports;  // what happened since the last sync (applied in order)
+  int64_t now_ms = 0;
+  int64_t lease_ms = 10'000;
+};
+
+struct SyncResult {
+  bool registered = true;  // false: unknown node or another instance registered since; re-register
+  int64_t lease_expires_at_ms = 0;
+  std::vector<TaskAssignment> start;  // open allocations of live attempts the agent does not run yet
+  std::vector<TaskRef> stop;          // tasks the agent runs that must end (job finished, stale attempt)
+};
+
+struct ExpiryResult {
+  std::vector<std::string> lost_nodes;
+  std::vector<int64_t> requeued_jobs;  // LOST, back to PENDING with attempt + 1
+  std::vector<int64_t> failed_jobs;    // LOST past max_retries: FAILED, RETRY_LIMIT
+};
+
+// ---- Scheduling.
+struct NodeUsage {
+  double cpus_used = 0;
+  int64_t memory_mb_used = 0;
+};
+
+struct SchedulingSnapshot {
+  std::vector<Job> pending;                // PENDING, highest priority first, then oldest
+  std::vector<Node> nodes;                 // READY and not drained; Gpu::job_id set when allocated
+  std::map<int64_t, NodeUsage> usage;      // by node id, from open allocations
+  std::vector<Node> all_nodes;             // every node (to tell NO_CAPACITY from UNSATISFIABLE)
+};
+
+struct Placement {
+  int64_t job_id = 0;
+  int attempt = 0;
+  std::vector<TaskPlacement> tasks;  // one per task of the gang
+};
+
+struct PendingReason {
+  int64_t job_id = 0;
+  std::string reason;   // reason::kNoCapacity, ...
+  std::string message;
+};
+
+struct CommitResult {
+  std::vector<int64_t> admitted;    // now ADMITTED with allocations
+  std::vector<int64_t> conflicted;  // skipped: a GPU was taken or the job changed meanwhile
+};
+
+struct LogChunk {
+  int64_t seq = 0;
+  int attempt = 0;
+  int task = 0;
+  std::string stream;  // "stdout" or "stderr"
+  std::string data;
+  int64_t at_ms = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // "sqlite" or "postgresql".
+  virtual std::string_view backend() const = 0;
+  // The schema version after migrations.
+  virtual int schema_version() const = 0;
+
+  // ---- Identity. Names are unique within their parent; Ensure* return the
+  // existing id when the name is taken.
+  virtual Result<int64_t> EnsureTenant(const std::string& name) = 0;
+  virtual Result<int64_t> EnsureTeam(int64_t tenant_id, const std::string& name) = 0;
+  // Fails (kInvalid) when the user name is taken in its tenant.
+  virtual Result<int64_t> CreateUser(int64_t team_id, const std::string& name, Role role) = 0;
+  // Stores only the hash (hex SHA-256 of the token).
+  virtual Result<int64_t> AddToken(int64_t user_id, const std::string& token_sha256,
+                                   const std::string& label, int64_t now_ms) = 0;
+  virtual Result<std::optional<Principal>> LookupToken(const std::string& token_sha256) = 0;
+  virtual Result<std::optional<Principal>> FindUser(const std::string& tenant,
+                                                    const std::string& user) = 0;
+  virtual Result<int64_t> CountUsers() = 0;
+
+  // ---- Jobs.
+  // Creates the job (PENDING, attempt 1, a "state" event with SUBMITTED) and,
+  // with a key, the idempotency record holding `render(job)` as the 201 body,
+  // all in one transaction.
+  virtual Result<SubmitResult> Submit(const SubmitRequest& request,
+                                      const std::function<std::string(const Job&)>& render) = 0;
+  // With attempts history. nullopt when missing or outside the scope.
+  virtual Result<std::optional<Job>> GetJob(const Scope& scope, int64_t job_id) = 0;
+  // Jobs with id < before_id (when set), newest first, at most `limit`.
+  virtual Result<JobPage> ListJobs(const Scope& scope, const JobFilter& filter,
+                                   std::optional<int64_t> before_id, int limit) = 0;
+  virtual Result<CancelOutcome> CancelJob(const Scope& scope, int64_t job_id,
+                                          const std::string& actor, int64_t now_ms) = 0;
+  // Events with id > after_id, oldest first. nullopt when the job is not in scope.
+  virtual Result<std::optional<std::vector<JobEvent>>> ListEvents(const Scope& scope,
+                                                                  int64_t job_id,
+                                                                  int64_t after_id,
+                                                                  int limit) = 0;
+  // Drops idempotency records older than now_ms - ttl_ms; returns how many.
+  virtual Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) = 0;
+  // RUNNING (or ADMITTED) jobs past max_runtime_seconds become TIMEOUT; returns their ids.
+  virtual Result<std::vector<int64_t>> ExpireRuntimes(int64_t now_ms) = 0;
+
+  // ---- Logs (appended by agents, read by users).
+  virtual Status AppendLog(int64_t job_id, int attempt, int task, const std::string& stream,
+                           const std::string& data, int64_t now_ms) = 0;
+  // Chunks with seq > after_seq, oldest first. nullopt when the job is not in scope.
+  virtual Result<std::optional<std::vector<LogChunk>>> ReadLogs(const Scope& scope, int64_t job_id,
+                                                                int64_t after_seq, int limit) = 0;
+
+  // ---- Nodes.
+  // Inserts or updates the node by name, adds GPUs it did not have, marks it
+  // READY and gives it a lease. A new `instance` means the previous agent
+  // process is gone: its tasks are treated as lost (jobs requeued or failed).
+  virtual Result<Node> RegisterNode(const NodeRegistration& registration, int64_t now_ms,
+                                    int64_t lease_ms) = 0;
+  virtual Result<std::vector<Node>> ListNodes() = 0;
+  virtual Result<std::optional<Node>> GetNode(const std::string& name) = 0;
+  virtual Result<std::vector<Pool>> ListPools() = 0;
+  // false when the node does not exist.
+  virtual Result<bool> SetDrain(const std::string& name, bool drain) = 0;
+  // Renews the lease, applies reports (fenced: reports for an attempt that is
+  // not the job's current one are ignored), and says what to start and stop.
+  virtual Result<SyncResult> SyncNode(const SyncRequest& request) = 0;
+  // Nodes whose lease ended become LOST; their allocations close and their
+  // jobs are requeued (attempt + 1) or failed past the retry limit.
+  virtual Result<ExpiryResult> ExpireLeases(int64_t now_ms) = 0;
+
+  // ---- Scheduling.
+  virtual Result<SchedulingSnapshot> LoadSchedulingSnapshot() = 0;
+  // Each placement in its own transaction: the job must still be PENDING at
+  // that attempt and every GPU free, else it is skipped as conflicted. Pending
+  // reasons update the job's reason (an event only when the reason changes).
+  virtual Result<CommitResult> CommitPlacements(const std::vector<Placement>& placements,
+                                                const std::vector<PendingReason>& pending,
+                                                int64_t now_ms) = 0;
+};
+
+// Opens (creating if needed) and migrates a store.
+//   "sqlite:/path/to/fleet.db"   WAL mode, one file
+//   "sqlite::memory:"            private, for tests
+//   "postgresql://user@host:port/db?..." or any libpq connection URI
+// Errors name the URL (without its password) and the failing step.
+Result<std::unique_ptr<Store>> OpenStore(const std::string& url);
+
+// Hex SHA-256, used for token hashes and idempotency request hashes.
+std::string Sha256Hex(std::string_view data);
+
+}  // namespace ferry::fleet

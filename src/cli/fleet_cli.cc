@@ -1,0 +1,841 @@
+#include "cli/fleet_cli.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "ferry/fleet/agent.h"
+#include "ferry/fleet/client.h"
+#include "ferry/fleet/server.h"
+
+namespace ferry::cli {
+
+using ferry::fleet::Client;
+using ferry::fleet::ClientOptions;
+using ferry::fleet::Request;
+using ferry::fleet::Response;
+using nlohmann::json;
+
+namespace {
+
+// ---- YAML job files.
+
+bool LooksLikeInteger(const std::string& text) {
+  size_t i = (text.size() > 1 && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  if (i >= text.size() || text.size() - i > 18) return false;
+  for (; i < text.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
+bool LooksLikeFloat(const std::string& text, double* out) {
+  if (text.empty() || text.size() > 64) return false;
+  const char first = text[0];
+  if (!std::isdigit(static_cast<unsigned char>(first)) && first != '-' && first != '+' &&
+      first != '.') {
+    return false;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return false;
+  *out = value;
+  return true;
+}
+
+Result<json> YamlToJson(const YAML::Node& node, const std::string& path, bool strings, int depth) {
+  if (depth > 32) return Status::Invalid(path + ": nested too deeply");
+  const std::string where = path.empty() ? "the document" : path;
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return json(nullptr);
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      if (strings || node.Tag() != "?") return json(text);
+      if (text == "~" || text == "null" || text == "Null" || text == "NULL") return json(nullptr);
+      if (text == "true" || text == "True" || text == "TRUE") return json(true);
+      if (text == "false" || text == "False" || text == "FALSE") return json(false);
+      if (LooksLikeInteger(text)) return json(std::stoll(text));
+      double value = 0;
+      if (LooksLikeFloat(text, &value)) return json(value);
+      return json(text);
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      size_t index = 0;
+      for (const auto& item : node) {
+        FERRY_ASSIGN_OR_RAISE(
+            json value,
+            YamlToJson(item, path + "[" + std::to_string(index++) + "]", strings, depth + 1));
+        out.push_back(std::move(value));
+      }
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) return Status::Invalid(where + ": keys must be plain strings");
+        const std::string key = entry.first.Scalar();
+        const std::string child = path.empty() ? key : path + "." + key;
+        const bool child_strings =
+            strings || (path.empty() && (key == "command" || key == "env" || key == "labels" ||
+                                         key == "gpu_models"));
+        if (out.contains(key)) return Status::Invalid(child + ": appears twice");
+        FERRY_ASSIGN_OR_RAISE(json value,
+                              YamlToJson(entry.second, child, child_strings, depth + 1));
+        out[key] = std::move(value);
+      }
+      return out;
+    }
+    default:
+      return Status::Invalid(where + ": unsupported YAML node");
+  }
+}
+
+// ---- Output helpers.
+
+std::string Str(const json& value) {
+  if (value.is_null()) return "-";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::string Field(const json& object, const char* key) {
+  if (!object.is_object()) return "-";
+  auto it = object.find(key);
+  return it == object.end() ? "-" : Str(*it);
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Age(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return "-";
+  return FormatAge(ParseTimestamp(it->get<std::string>()), NowMs());
+}
+
+std::string Join(const json& array, const std::string& separator = ",") {
+  if (!array.is_array()) return "-";
+  std::string out;
+  for (const auto& item : array) out += (out.empty() ? "" : separator) + Str(item);
+  return out;
+}
+
+void PrintJson(const json& value) { std::cout << value.dump(2) << "\n"; }
+
+int UsageError(const std::string& message) {
+  std::cerr << "ferry: " << message << "\n";
+  return kExitUsage;
+}
+
+int ApiError(const Status& status) {
+  std::cerr << "ferry: " << status.message() << "\n";
+  return kExitApiError;
+}
+
+std::string GetEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+Result<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::IOError("cannot read token file " + path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())))
+    token.erase(0, 1);
+  if (token.empty()) return Status::Invalid("token file " + path + " is empty");
+  return token;
+}
+
+bool ParseJobId(const std::string& text, int64_t* id) {
+  if (text.empty() || text.size() > 18) return false;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  *id = std::stoll(text);
+  return *id > 0;
+}
+
+}  // namespace
+
+Result<json> JobFileToJson(const std::string& yaml_text, const std::string& file_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& error) {
+    return Status::Invalid(file_name + ":" + std::to_string(error.mark.line + 1) + ":" +
+                           std::to_string(error.mark.column + 1) + ": " + error.msg);
+  }
+  if (!root.IsMap()) return Status::Invalid(file_name + ": a job file is a mapping of fields");
+  auto body = YamlToJson(root, "", false, 0);
+  if (!body.ok()) return body.status().WithPrefix(file_name + ": ");
+  return body;
+}
+
+Result<std::pair<std::string, std::string>> ParseKeyValue(const std::string& text,
+                                                          const std::string& what) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return Status::Invalid(what + " expects KEY=VALUE, got '" + text + "'");
+  }
+  return std::make_pair(text.substr(0, eq), text.substr(eq + 1));
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::optional<int64_t> ParseTimestamp(const std::string& text) {
+  std::tm tm{};
+  int millis = 0;
+  char tail = 0;
+  // 2026-11-29T14:41:08.123Z (milliseconds optional)
+  int year, month, day, hour, minute, second;
+  const int fields = std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &year, &month, &day,
+                                 &hour, &minute, &second, &millis, &tail);
+  if (fields == 8 && tail == 'Z') {
+  } else if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &year, &month, &day, &hour,
+                         &minute, &second, &tail) == 7 &&
+             tail == 'Z') {
+    millis = 0;
+  } else {
+    return std::nullopt;
+  }
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  const time_t seconds = timegm(&tm);
+  if (seconds == static_cast<time_t>(-1)) return std::nullopt;
+  return static_cast<int64_t>(seconds) * 1000 + millis;
+}
+
+std::string FormatAge(std::optional<int64_t> then_ms, int64_t now_ms) {
+  if (!then_ms) return "-";
+  const int64_t seconds = std::max<int64_t>(0, (now_ms - *then_ms) / 1000);
+  if (seconds < 120) return std::to_string(seconds) + "s";
+  if (seconds < 2 * 3600) return std::to_string(seconds / 60) + "m";
+  if (seconds < 2 * 86400) return std::to_string(seconds / 3600) + "h";
+  return std::to_string(seconds / 86400) + "d";
+}
+
+// ---- The commands.
+
+struct FleetCommands::State {
+  // Shared by the user commands.
+  std::string server =
+      GetEnv("FERRY_SERVER").empty() ? "http://127.0.0.1:8700" : GetEnv("FERRY_SERVER");
+  std::string token;
+  std::string token_file;
+  bool json_output = false;
+
+  // server
+  CLI::App* server_cmd = nullptr;
+  fleet::ServerOptions server_options;
+  double idempotency_ttl_s = 24 * 3600;
+
+  // agent
+  CLI::App* agent_cmd = nullptr;
+  fleet::AgentOptions agent_options;
+  std::string gpus;
+  std::vector<std::string> agent_labels;
+
+  // submit
+  CLI::App* submit_cmd = nullptr;
+  std::string job_file;
+  std::vector<std::string> command;
+  int gpus_per_task = 0;
+  int tasks = 1;
+  std::string name;
+  int priority = 0;
+  std::vector<std::string> env;
+  std::vector<std::string> labels;
+  std::vector<std::string> gpu_models;
+  double cpus = 1;
+  int64_t memory_mb = 0;
+  int64_t max_runtime_s = 0;
+  int max_retries = 3;
+  bool preemptible = false;
+  std::string working_dir;
+  std::string dataflow;
+  std::string idempotency_key;
+
+  // jobs
+  CLI::App* jobs_cmd = nullptr;
+  std::vector<std::string> states;
+  std::string user;
+  std::string team;
+  std::vector<std::string> job_labels;
+  int limit = 50;
+
+  CLI::App* status_cmd = nullptr;
+  CLI::App* logs_cmd = nullptr;
+  CLI::App* cancel_cmd = nullptr;
+  std::string job_id;
+  bool follow = false;
+  bool prefix = false;
+
+  CLI::App* nodes_cmd = nullptr;
+  CLI::App* whoami_cmd = nullptr;
+
+  CLI::App* admin_cmd = nullptr;
+  CLI::App* admin_user_add = nullptr;
+  std::string admin_tenant = "default";
+  std::string admin_team = "default";
+  std::string admin_name;
+  std::string admin_role = "user";
+
+  void AddConnection(CLI::App* command) {
+    command->add_option("--server", server,
+                        "Server URL (default $FERRY_SERVER or http://127.0.0.1:8700)");
+    command->add_option("--token", token, "Bearer token (default $FERRY_TOKEN)");
+    command->add_option("--token-file", token_file,
+                        "File holding the token (default $FERRY_TOKEN_FILE)");
+    command->add_flag("--json", json_output, "Print the server's JSON instead of a table");
+  }
+
+  // The token from the flags, else the environment.
+  Result<std::string> ResolveToken() const {
+    if (!token.empty()) return token;
+    if (!token_file.empty()) return ReadToken(token_file);
+    if (!GetEnv("FERRY_TOKEN").empty()) return GetEnv("FERRY_TOKEN");
+    if (!GetEnv("FERRY_TOKEN_FILE").empty()) return ReadToken(GetEnv("FERRY_TOKEN_FILE"));
+    return Status::Invalid(
+        "no token: pass --token or --token-file, or set FERRY_TOKEN or "
+        "FERRY_TOKEN_FILE");
+  }
+
+  int RunServer();
+  int RunAgent();
+  int RunUser();
+  int Submit(Client& client);
+  int Jobs(Client& client);
+  int JobStatus(Client& client, int64_t id);
+  int Logs(Client& client, int64_t id);
+  int Cancel(Client& client, int64_t id);
+  int Nodes(Client& client);
+  int Whoami(Client& client);
+  int AdminUserAdd(Client& client);
+};
+
+FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+
+  s.server_cmd = app.add_subcommand("server", "Run the fleet control plane (REST API + scheduler)");
+  auto& so = s.server_options;
+  s.server_cmd->add_option("--store", so.store_url,
+                           "sqlite:PATH or postgresql://... (default sqlite:ferry-fleet.db)");
+  s.server_cmd->add_option("--host", so.host, "Address to listen on (default 127.0.0.1)");
+  s.server_cmd->add_option("--port", so.port, "Port (default 8700; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  s.server_cmd->add_option("--port-file", so.port_file, "Write the bound port here once listening");
+  s.server_cmd->add_option("--data-dir", so.data_dir,
+                           "Directory for admin.token and agent.token (default .)");
+  s.server_cmd->add_option("--lease-ms", so.lease_ms, "Node lease in ms (default 10000)")
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
+  s.server_cmd->add_option("--threads", so.threads, "HTTP worker threads (default 8)")
+      ->check(CLI::Range(1, 1024));
+  s.server_cmd
+      ->add_option("--schedule-interval-ms", so.schedule_interval_ms,
+                   "Scheduler pass interval in ms (default 100)")
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
+  s.server_cmd
+      ->add_option("--stop-grace-ms", so.stop_grace_ms,
+                   "SIGTERM to SIGKILL delay told to agents (default 10000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+  s.server_cmd
+      ->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body (default 1 MiB)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  s.server_cmd
+      ->add_option("--rate", so.rate_per_second,
+                   "Requests per second per user (0: unlimited; default 200)")
+      ->check(CLI::Range(0.0, 1e9));
+  s.server_cmd->add_option("--rate-burst", so.rate_burst, "Burst size per user (default 400)")
+      ->check(CLI::Range(0.0, 1e9));
+  s.server_cmd
+      ->add_option("--idempotency-ttl", s.idempotency_ttl_s,
+                   "Seconds an Idempotency-Key is remembered (default 86400)")
+      ->check(CLI::Range(1.0, 365.0 * 86400));
+  s.server_cmd->add_option("--page-size", so.default_page_size, "Default page size (default 50)")
+      ->check(CLI::Range(1, 100000));
+  s.server_cmd->add_option("--max-page-size", so.max_page_size, "Largest page size (default 500)")
+      ->check(CLI::Range(1, 100000));
+
+  s.agent_cmd = app.add_subcommand("agent", "Run a node agent: register GPUs, run assigned tasks");
+  auto& ao = s.agent_options;
+  s.agent_cmd->add_option("--server", s.server,
+                          "Server URL (default $FERRY_SERVER or http://127.0.0.1:8700)");
+  s.agent_cmd->add_option("--token", s.token, "Agent token (default $FERRY_TOKEN)");
+  s.agent_cmd->add_option("--token-file", s.token_file,
+                          "File holding the agent token (default $FERRY_TOKEN_FILE)");
+  s.agent_cmd->add_option("--pool", ao.pool, "Pool of this node (default \"default\")");
+  s.agent_cmd->add_option("--name", ao.node_name, "Node name (default: the host name)");
+  s.agent_cmd->add_option("--gpus", s.gpus,
+                          "Declared GPUs when NVML finds none, e.g. 8xH200 or 4xA100:81920,4xH100");
+  s.agent_cmd->add_flag("--ignore-nvml", ao.ignore_nvml, "Use --gpus even where NVML sees GPUs");
+  s.agent_cmd->add_option("--work-dir", ao.work_dir,
+                          "Directory tasks run in by default; logs go to <dir>/logs (default .)");
+  s.agent_cmd->add_option("--label", s.agent_labels, "Node label k=v (repeatable)");
+  s.agent_cmd->add_option("--cpus", ao.cpus, "CPUs to offer (default: the machine's)")
+      ->check(CLI::Range(0.0, 1e6));
+  s.agent_cmd
+      ->add_option("--memory-mb", ao.memory_mb, "Memory to offer in MiB (default: the machine's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  s.agent_cmd
+      ->add_option("--sync-wait-ms", ao.sync_wait_ms, "Long-poll wait per sync (default 2000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60'000}));
+
+  s.submit_cmd = app.add_subcommand(
+      "submit", "Submit a job: ferry submit job.yaml, or ferry submit [options] -- command args");
+  s.AddConnection(s.submit_cmd);
+  s.submit_cmd->add_option("file", s.job_file, "Job file (YAML with the API's fields)");
+  s.submit_cmd->add_option("--gpus", s.gpus_per_task, "GPUs per task")->check(CLI::Range(0, 64));
+  s.submit_cmd->add_option("--tasks", s.tasks, "Tasks (gang size)")->check(CLI::Range(1, 1024));
+  s.submit_cmd->add_option("--name", s.name, "Job name (default: the command's name)");
+  s.submit_cmd->add_option("--priority", s.priority, "Priority -1000..1000")
+      ->check(CLI::Range(-1000, 1000));
+  s.submit_cmd->add_option("--env", s.env, "Environment variable K=V (repeatable)");
+  s.submit_cmd->add_option("--label", s.labels, "Label k=v (repeatable)");
+  s.submit_cmd->add_option("--gpu-model", s.gpu_models, "Acceptable GPU model (repeatable)");
+  s.submit_cmd->add_option("--cpus", s.cpus, "CPUs per task");
+  s.submit_cmd->add_option("--memory-mb", s.memory_mb, "Memory per task in MiB");
+  s.submit_cmd->add_option("--max-runtime", s.max_runtime_s, "Seconds before the job times out");
+  s.submit_cmd->add_option("--max-retries", s.max_retries, "Requeues after node loss/preemption");
+  s.submit_cmd->add_flag("--preemptible", s.preemptible, "May be preempted by higher priorities");
+  s.submit_cmd->add_option("--working-dir", s.working_dir, "Working directory on the node");
+  s.submit_cmd->add_option("--dataflow", s.dataflow, "Run this dataflow file with `ferry run`");
+  s.submit_cmd->add_option("--idempotency-key", s.idempotency_key,
+                           "Retry-safe key: resubmitting with it returns the same job");
+
+  s.jobs_cmd = app.add_subcommand("jobs", "List jobs, newest first");
+  s.AddConnection(s.jobs_cmd);
+  s.jobs_cmd->add_option("--state", s.states, "Only these states (repeatable or a,b)");
+  s.jobs_cmd->add_option("--user", s.user, "Only this user's jobs");
+  s.jobs_cmd->add_option("--team", s.team, "Only this team's jobs");
+  s.jobs_cmd->add_option("--label", s.job_labels, "Only jobs with label k=v (repeatable)");
+  s.jobs_cmd->add_option("--limit", s.limit, "At most this many jobs (default 50)")
+      ->check(CLI::Range(1, 1'000'000));
+
+  s.status_cmd = app.add_subcommand("status", "Show a job, its placement and its events");
+  s.AddConnection(s.status_cmd);
+  s.status_cmd->add_option("id", s.job_id, "Job id")->required();
+
+  s.logs_cmd = app.add_subcommand("logs", "Print a job's output");
+  s.AddConnection(s.logs_cmd);
+  s.logs_cmd->add_option("id", s.job_id, "Job id")->required();
+  s.logs_cmd->add_flag("-f,--follow", s.follow, "Keep printing until the job has finished");
+  s.logs_cmd->add_flag("--prefix", s.prefix, "Start each piece with [task N stream]");
+
+  s.cancel_cmd = app.add_subcommand("cancel", "Cancel a job");
+  s.AddConnection(s.cancel_cmd);
+  s.cancel_cmd->add_option("id", s.job_id, "Job id")->required();
+
+  s.nodes_cmd = app.add_subcommand("nodes", "List nodes and their GPUs");
+  s.AddConnection(s.nodes_cmd);
+
+  s.whoami_cmd = app.add_subcommand("whoami", "Show the identity of the token");
+  s.AddConnection(s.whoami_cmd);
+
+  s.admin_cmd = app.add_subcommand("admin", "Administration (platform admins)");
+  s.admin_cmd->require_subcommand(1);
+  CLI::App* admin_user = s.admin_cmd->add_subcommand("user", "Users");
+  admin_user->require_subcommand(1);
+  s.admin_user_add = admin_user->add_subcommand("add", "Create a user and print its token");
+  s.AddConnection(s.admin_user_add);
+  s.admin_user_add->add_option("--tenant", s.admin_tenant, "Tenant (created when missing)");
+  s.admin_user_add->add_option("--team", s.admin_team, "Team (created when missing)");
+  s.admin_user_add->add_option("--name", s.admin_name, "User name")->required();
+  s.admin_user_add->add_option("--role", s.admin_role,
+                               "user, team_admin, platform_admin or agent (default user)");
+}
+
+FleetCommands::~FleetCommands() = default;
+
+void FleetCommands::SetSubmitCommand(std::vector<std::string> command) {
+  state_->command = std::move(command);
+}
+
+int FleetCommands::Run() {
+  State& s = *state_;
+  if (s.server_cmd->parsed()) return s.RunServer();
+  if (s.agent_cmd->parsed()) return s.RunAgent();
+  for (CLI::App* command : {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd,
+                            s.nodes_cmd, s.whoami_cmd, s.admin_user_add}) {
+    if (command->parsed()) return s.RunUser();
+  }
+  return -1;
+}
+
+int FleetCommands::State::RunServer() {
+  server_options.idempotency_ttl_ms = static_cast<int64_t>(idempotency_ttl_s * 1000);
+  Status status = fleet::RunServer(server_options);
+  if (!status.ok()) return ApiError(status);
+  return kExitOk;
+}
+
+int FleetCommands::State::RunAgent() {
+  agent_options.server_url = server;
+  auto resolved = ResolveToken();
+  if (!resolved.ok()) return UsageError(resolved.status().message());
+  agent_options.token = *resolved;
+  for (const auto& label : agent_labels) {
+    auto pair = ParseKeyValue(label, "--label");
+    if (!pair.ok()) return UsageError(pair.status().message());
+    agent_options.labels[pair->first] = pair->second;
+  }
+  if (!gpus.empty()) {
+    std::string node = agent_options.node_name;
+    if (node.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      node = host;
+    }
+    auto declared = fleet::ParseGpuDeclaration(gpus, node);
+    if (!declared.ok()) return UsageError(declared.status().message());
+    agent_options.declared_gpus = *declared;
+  }
+  Status status = fleet::RunAgent(agent_options);
+  if (!status.ok()) return ApiError(status);
+  return kExitOk;
+}
+
+int FleetCommands::State::RunUser() {
+  if (submit_cmd->parsed() && job_file.empty() && command.empty() && dataflow.empty()) {
+    return UsageError("nothing to submit: give a job file, --dataflow FILE, or -- command args");
+  }
+  auto resolved = ResolveToken();
+  if (!resolved.ok()) return UsageError(resolved.status().message());
+  ClientOptions options;
+  options.base_url = server;
+  options.token = *resolved;
+  Client client(options);
+  int64_t id = 0;
+  if (status_cmd->parsed() || logs_cmd->parsed() || cancel_cmd->parsed()) {
+    if (!ParseJobId(job_id, &id)) return UsageError("bad job id '" + job_id + "'");
+  }
+  if (submit_cmd->parsed()) return Submit(client);
+  if (jobs_cmd->parsed()) return Jobs(client);
+  if (status_cmd->parsed()) return JobStatus(client, id);
+  if (logs_cmd->parsed()) return Logs(client, id);
+  if (cancel_cmd->parsed()) return Cancel(client, id);
+  if (nodes_cmd->parsed()) return Nodes(client);
+  if (whoami_cmd->parsed()) return Whoami(client);
+  return AdminUserAdd(client);
+}
+
+int FleetCommands::State::Submit(Client& client) {
+  json body = json::object();
+  if (!job_file.empty()) {
+    std::ifstream in(job_file);
+    if (!in) return UsageError("cannot read job file " + job_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = JobFileToJson(text.str(), job_file);
+    if (!parsed.ok()) return UsageError(parsed.status().message());
+    body = std::move(*parsed);
+  } else if (command.empty() && dataflow.empty()) {
+    return UsageError("nothing to submit: give a job file, --dataflow FILE, or -- command args");
+  }
+  // Flags given on the command line override the file.
+  auto given = [&](const char* flag) { return submit_cmd->count(flag) > 0; };
+  if (!command.empty()) body["command"] = command;
+  if (given("--dataflow")) body["dataflow"] = dataflow;
+  if (given("--name")) {
+    body["name"] = name;
+  } else if (!body.contains("name")) {
+    std::string base = !command.empty() ? command[0] : dataflow;
+    if (auto slash = base.rfind('/'); slash != std::string::npos) base = base.substr(slash + 1);
+    body["name"] = base.empty() ? "job" : base;
+  }
+  if (given("--gpus")) body["gpus_per_task"] = gpus_per_task;
+  if (given("--tasks")) body["tasks"] = tasks;
+  if (given("--priority")) body["priority"] = priority;
+  if (given("--cpus")) body["cpus_per_task"] = cpus;
+  if (given("--memory-mb")) body["memory_mb_per_task"] = memory_mb;
+  if (given("--max-runtime")) body["max_runtime_seconds"] = max_runtime_s;
+  if (given("--max-retries")) body["max_retries"] = max_retries;
+  if (given("--preemptible")) body["preemptible"] = preemptible;
+  if (given("--working-dir")) body["working_dir"] = working_dir;
+  if (!gpu_models.empty()) body["gpu_models"] = gpu_models;
+  for (const auto& [flag, values, field] :
+       {std::tuple{"--env", &env, "env"}, std::tuple{"--label", &labels, "labels"}}) {
+    for (const auto& item : *values) {
+      auto pair = ParseKeyValue(item, flag);
+      if (!pair.ok()) return UsageError(pair.status().message());
+      if (!body[field].is_object()) body[field] = json::object();
+      body[field][pair->first] = pair->second;
+    }
+  }
+  std::map<std::string, std::string> headers;
+  if (!idempotency_key.empty()) headers["Idempotency-Key"] = idempotency_key;
+  auto response = client.Post("/v1/jobs", body, headers);
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  const json& job = response->body;
+  std::cout << "job " << Field(job, "id") << " (" << Field(job, "name")
+            << "): " << Field(job, "state") << " " << Field(job, "reason")
+            << (response->Header("Idempotent-Replayed") == "true" ? " (already submitted)" : "")
+            << "\n";
+  return kExitOk;
+}
+
+int FleetCommands::State::Jobs(Client& client) {
+  std::vector<std::pair<std::string, std::string>> filter;
+  for (const auto& state : states) filter.emplace_back("state", state);
+  if (!user.empty()) filter.emplace_back("user", user);
+  if (!team.empty()) filter.emplace_back("team", team);
+  for (const auto& label : job_labels) {
+    auto pair = ParseKeyValue(label, "--label");
+    if (!pair.ok()) return UsageError(pair.status().message());
+    filter.emplace_back("label", label);
+  }
+  json jobs = json::array();
+  std::string page_token;
+  while (static_cast<int>(jobs.size()) < limit) {
+    auto query = filter;
+    query.emplace_back("page_size",
+                       std::to_string(std::min(500, limit - static_cast<int>(jobs.size()))));
+    if (!page_token.empty()) query.emplace_back("page_token", page_token);
+    auto response = client.Get("/v1/jobs", query);
+    if (!response.ok()) return ApiError(response.status());
+    const json& page = response->body;
+    if (!page.is_object() || !page.contains("jobs") || !page["jobs"].is_array()) {
+      return ApiError(Status::IOError("unexpected response to GET /v1/jobs"));
+    }
+    for (const auto& job : page["jobs"]) {
+      if (static_cast<int>(jobs.size()) < limit) jobs.push_back(job);
+    }
+    auto next = page.find("next_page_token");
+    if (next == page.end() || !next->is_string() || next->get<std::string>().empty() ||
+        page["jobs"].empty()) {
+      break;
+    }
+    page_token = next->get<std::string>();
+  }
+  if (json_output) {
+    PrintJson(json{{"jobs", jobs}});
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "USER", "STATE", "REASON", "TASKS", "GPUS", "ATTEMPT", "AGE"}};
+  for (const auto& job : jobs) {
+    const json spec = job.value("spec", json::object());
+    rows.push_back({Field(job, "id"), Field(job, "name"), Field(job, "user"), Field(job, "state"),
+                    Field(job, "reason"), Field(spec, "tasks"), Field(spec, "gpus_per_task"),
+                    Field(job, "attempt"), Age(job, "created_at")});
+  }
+  std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::JobStatus(Client& client, int64_t id) {
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  auto response = client.Get(path);
+  if (!response.ok()) return ApiError(response.status());
+  auto events = client.Get(path + "/events", {{"limit", "1000"}});
+  if (json_output) {
+    json out = response->body;
+    if (events.ok() && events->body.is_object())
+      out["events"] = events->body.value("events", json::array());
+    PrintJson(out);
+    return kExitOk;
+  }
+  const json& job = response->body;
+  const json spec = job.value("spec", json::object());
+  std::cout << "job " << Field(job, "id") << "  " << Field(job, "name") << "  ("
+            << Field(job, "tenant") << "/" << Field(job, "team") << "/" << Field(job, "user")
+            << ")\n";
+  std::cout << "state      " << Field(job, "state") << " (" << Field(job, "reason") << "), attempt "
+            << Field(job, "attempt") << "\n";
+  if (spec.contains("dataflow") && spec["dataflow"].is_string() &&
+      !spec["dataflow"].get<std::string>().empty()) {
+    std::cout << "dataflow   " << Field(spec, "dataflow") << "\n";
+  } else {
+    std::cout << "command    " << Join(spec.value("command", json::array()), " ") << "\n";
+  }
+  std::cout << "tasks      " << Field(spec, "tasks") << " x " << Field(spec, "gpus_per_task")
+            << " GPU, priority " << Field(spec, "priority") << "\n";
+  std::cout << "created    " << Field(job, "created_at") << "\n";
+  std::cout << "started    " << Field(job, "started_at") << "\n";
+  std::cout << "finished   " << Field(job, "finished_at") << "\n";
+  std::cout << "exit code  " << Field(job, "exit_code") << "\n";
+  if (job.contains("placement") && job["placement"].is_array() && !job["placement"].empty()) {
+    std::cout << "placement\n";
+    for (const auto& task : job["placement"]) {
+      std::cout << "  task " << Field(task, "task") << " on " << Field(task, "node") << ", GPUs "
+                << Join(task.value("gpu_indices", json::array())) << "\n";
+    }
+  }
+  if (events.ok() && events->body.is_object() && events->body.contains("events")) {
+    std::vector<std::vector<std::string>> rows = {
+        {"  AT", "TYPE", "STATE", "REASON", "BY", "MESSAGE"}};
+    for (const auto& event : events->body["events"]) {
+      rows.push_back({"  " + Field(event, "at"), Field(event, "type"), Field(event, "state"),
+                      Field(event, "reason"), Field(event, "actor"), Field(event, "message")});
+    }
+    std::cout << "events\n" << FormatTable(rows);
+  }
+  return kExitOk;
+}
+
+int FleetCommands::State::Logs(Client& client, int64_t id) {
+  const std::string path = "/v1/jobs/" + std::to_string(id) + "/logs";
+  int64_t after = 0;
+  constexpr int64_t kWaitMs = 20'000;
+  for (;;) {
+    Request request;
+    request.path = path;
+    request.query = {{"after", std::to_string(after)}, {"limit", "1000"}};
+    if (follow) {
+      request.query.emplace_back("follow", "1");
+      request.query.emplace_back("wait_ms", std::to_string(kWaitMs));
+      request.extra_read_timeout_ms = kWaitMs;
+    }
+    auto response = client.Send(request);
+    if (!response.ok()) return ApiError(response.status());
+    const json& page = response->body;
+    if (!page.is_object() || !page.contains("chunks") || !page["chunks"].is_array()) {
+      return ApiError(Status::IOError("unexpected response to GET " + path));
+    }
+    for (const auto& chunk : page["chunks"]) {
+      if (json_output) {
+        std::cout << chunk.dump() << "\n";
+        continue;
+      }
+      const std::string stream = chunk.value("stream", "stdout");
+      std::ostream& out = stream == "stderr" ? std::cerr : std::cout;
+      if (prefix) out << "[task " << Field(chunk, "task") << " " << stream << "] ";
+      out << chunk.value("data", "");
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    int64_t next = after;
+    if (auto it = page.find("next_after"); it != page.end() && it->is_number_integer()) {
+      next = it->get<int64_t>();
+    }
+    const bool finished = page.value("finished", false);
+    const bool progressed = next > after && !page["chunks"].empty();
+    after = std::max(after, next);
+    if (follow) {
+      if (finished && !progressed) break;
+    } else if (!progressed) {
+      break;
+    }
+  }
+  return kExitOk;
+}
+
+int FleetCommands::State::Cancel(Client& client, int64_t id) {
+  Request request;
+  request.method = "POST";
+  request.path = "/v1/jobs/" + std::to_string(id) + ":cancel";
+  request.body = json::object();
+  auto response = client.Send(request);
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  std::cout << "job " << id << ": " << Field(response->body, "state") << " ("
+            << Field(response->body, "reason") << ")\n";
+  return kExitOk;
+}
+
+int FleetCommands::State::Nodes(Client& client) {
+  auto response = client.Get("/v1/nodes");
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "POOL", "STATE", "GPUS", "FREE", "MODELS", "CPUS", "MEMORY_MB", "HEARTBEAT"}};
+  for (const auto& node : response->body.value("nodes", json::array())) {
+    const json gpus = node.value("gpus", json::array());
+    int free = 0;
+    std::map<std::string, int> models;
+    for (const auto& gpu : gpus) {
+      free += !gpu.contains("job_id") || gpu["job_id"].is_null();
+      ++models[Field(gpu, "model")];
+    }
+    std::string model_text;
+    for (const auto& [model, count] : models) {
+      model_text += (model_text.empty() ? "" : ",") + std::to_string(count) + "x" + model;
+    }
+    std::string state = Field(node, "state");
+    if (node.value("drain", false)) state += ",DRAIN";
+    rows.push_back({Field(node, "name"), Field(node, "pool"), state, std::to_string(gpus.size()),
+                    std::to_string(free), model_text.empty() ? "-" : model_text,
+                    Field(node, "cpus"), Field(node, "memory_mb"), Age(node, "last_heartbeat")});
+  }
+  std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::Whoami(Client& client) {
+  auto response = client.Get("/v1/whoami");
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  const json& who = response->body;
+  std::cout << Field(who, "user") << " (" << Field(who, "role") << ") in " << Field(who, "tenant")
+            << "/" << Field(who, "team") << "\n";
+  return kExitOk;
+}
+
+int FleetCommands::State::AdminUserAdd(Client& client) {
+  json body = {
+      {"tenant", admin_tenant}, {"team", admin_team}, {"name", admin_name}, {"role", admin_role}};
+  auto response = client.Post("/v1/admin/users", body);
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  // Only the token on stdout, so that scripts can capture it.
+  std::cout << Field(response->body, "token") << "\n";
+  std::cerr << "created " << Field(response->body, "role") << " " << Field(response->body, "user")
+            << " in " << Field(response->body, "tenant") << "/" << Field(response->body, "team")
+            << "; the token is shown once\n";
+  return kExitOk;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,872 @@
+#include "ferry/fleet/agent.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "ferry/fleet/client.h"
+#include "fleet/agent/agent_internal.h"
+#include "fleet/agent/task_runner.h"
+
+extern char** environ;
+
+namespace ferry::fleet {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+std::string Trim(const std::string& text) {
+  size_t begin = 0, end = text.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  return text.substr(begin, end - begin);
+}
+
+// A non-negative decimal integer no larger than `max`.
+bool ParseCount(const std::string& text, int64_t max, int64_t* out) {
+  if (text.empty() || text.size() > 18) return false;
+  int64_t value = 0;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value > max) return false;
+  *out = value;
+  return true;
+}
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "ferry agent: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+Result<std::vector<GpuInventory>> ParseGpuDeclaration(const std::string& text,
+                                                      const std::string& node_name) {
+  constexpr int64_t kMaxGpus = 1024;
+  std::vector<GpuInventory> gpus;
+  const std::string all = Trim(text);
+  if (all.empty()) return gpus;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t comma = all.find(',', start);
+    if (comma == std::string::npos) comma = all.size();
+    const std::string item = Trim(all.substr(start, comma - start));
+    auto bad = [&](const std::string& why) {
+      return Status::Invalid("bad GPU declaration '" + item + "': " + why +
+                             " (expected COUNTxMODEL[:MEMORY_MIB], e.g. 8xH200 or 8xH200:141312)");
+    };
+    if (item.empty()) return Status::Invalid("bad GPU declaration '" + all + "': empty item");
+    size_t digits = 0;
+    while (digits < item.size() && std::isdigit(static_cast<unsigned char>(item[digits]))) ++digits;
+    if (digits == 0 || digits >= item.size() || (item[digits] != 'x' && item[digits] != 'X')) {
+      return bad("no count");
+    }
+    int64_t count = 0;
+    if (!ParseCount(item.substr(0, digits), kMaxGpus, &count) || count < 1) {
+      return bad("count must be between 1 and " + std::to_string(kMaxGpus));
+    }
+    std::string model = item.substr(digits + 1);
+    int64_t memory_mb = 0;
+    if (auto colon = model.find(':'); colon != std::string::npos) {
+      if (!ParseCount(model.substr(colon + 1), int64_t{1} << 40, &memory_mb) || memory_mb < 1) {
+        return bad("memory must be a positive number of MiB");
+      }
+      model = model.substr(0, colon);
+    }
+    if (model.empty() || model.size() > 64) return bad("model must be 1 to 64 characters");
+    for (char c : model) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+        return bad("model may hold letters, digits, '-', '_' and '.'");
+      }
+    }
+    if (static_cast<int64_t>(gpus.size()) + count > kMaxGpus) {
+      return Status::Invalid("bad GPU declaration '" + all + "': more than " +
+                             std::to_string(kMaxGpus) + " GPUs");
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      GpuInventory gpu;
+      gpu.index = static_cast<int>(gpus.size());
+      gpu.model = model;
+      gpu.memory_mb = memory_mb;
+      gpu.uuid = node_name + "-gpu" + std::to_string(gpu.index);
+      gpus.push_back(std::move(gpu));
+    }
+    start = comma + 1;
+  }
+  return gpus;
+}
+
+namespace agent_internal {
+
+namespace {
+
+// The few NVML declarations used (nvml.h is not needed at build time).
+using NvmlReturn = int;
+using NvmlDevice = void*;
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr unsigned kNvmlNameBuffer = 96;
+constexpr unsigned kNvmlUuidBuffer = 96;
+
+}  // namespace
+
+std::string ModelFromNvmlName(const std::string& name) {
+  std::string model = Trim(name);
+  constexpr std::string_view kVendor = "NVIDIA ";
+  if (model.compare(0, kVendor.size(), kVendor) == 0) model = Trim(model.substr(kVendor.size()));
+  // Data-center parts: the first word is the model ("H100 80GB HBM3" -> "H100").
+  const std::string first = model.substr(0, model.find(' '));
+  const bool part_number = first.size() >= 2 && first.size() <= 8 &&
+                           std::isupper(static_cast<unsigned char>(first[0])) &&
+                           std::isdigit(static_cast<unsigned char>(first[1]));
+  if (part_number) return first;
+  std::string out;
+  for (char c : model) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') {
+      out += c;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+std::vector<GpuInventory> DiscoverNvmlGpusFrom(const char* library) {
+  std::vector<GpuInventory> gpus;
+  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return gpus;
+  auto init = reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlShutdown"));
+  auto get_count =
+      reinterpret_cast<NvmlReturn (*)(unsigned*)>(dlsym(handle, "nvmlDeviceGetCount_v2"));
+  auto get_handle = reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(
+      dlsym(handle, "nvmlDeviceGetHandleByIndex_v2"));
+  auto get_name = reinterpret_cast<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
+      dlsym(handle, "nvmlDeviceGetName"));
+  auto get_memory = reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>(
+      dlsym(handle, "nvmlDeviceGetMemoryInfo"));
+  auto get_uuid = reinterpret_cast<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
+      dlsym(handle, "nvmlDeviceGetUUID"));
+  if (!init || !shutdown || !get_count || !get_handle || !get_name || !get_memory || !get_uuid ||
+      init() != kNvmlSuccess) {
+    dlclose(handle);
+    return gpus;
+  }
+  unsigned count = 0;
+  if (get_count(&count) == kNvmlSuccess) {
+    count = std::min(count, 1024u);
+    for (unsigned index = 0; index < count; ++index) {
+      NvmlDevice device = nullptr;
+      if (get_handle(index, &device) != kNvmlSuccess) continue;
+      char name[kNvmlNameBuffer + 1] = {};
+      char uuid[kNvmlUuidBuffer + 1] = {};
+      NvmlMemory memory{};
+      GpuInventory gpu;
+      gpu.index = static_cast<int>(index);
+      gpu.model = ModelFromNvmlName(get_name(device, name, kNvmlNameBuffer) == kNvmlSuccess
+                                        ? std::string(name)
+                                        : std::string());
+      if (get_memory(device, &memory) == kNvmlSuccess) {
+        gpu.memory_mb = static_cast<int64_t>(memory.total >> 20);
+      }
+      if (get_uuid(device, uuid, kNvmlUuidBuffer) == kNvmlSuccess) gpu.uuid = uuid;
+      gpus.push_back(std::move(gpu));
+    }
+  }
+  shutdown();
+  dlclose(handle);
+  return gpus;
+}
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return env;
+}
+
+namespace {
+
+template <typename T>
+bool ReadNumber(const json& object, const char* key, T* out) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return false;
+  *out = it->get<T>();
+  return true;
+}
+
+std::string ReadString(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+Result<TaskRef> ParseRef(const json& object) {
+  TaskRef ref;
+  if (!object.is_object() || !ReadNumber(object, "job_id", &ref.job_id) ||
+      !ReadNumber(object, "task", &ref.task) || !ReadNumber(object, "attempt", &ref.attempt)) {
+    return Status::Invalid("task entry without job_id, task and attempt: " + object.dump());
+  }
+  return ref;
+}
+
+}  // namespace
+
+Result<TaskAssignment> ParseAssignment(const json& object) {
+  FERRY_ASSIGN_OR_RAISE(TaskRef ref, ParseRef(object));
+  TaskAssignment assignment;
+  assignment.ref = ref;
+  assignment.job_name = ReadString(object, "job_name");
+  auto spec = object.find("spec");
+  if (spec == object.end() || !spec->is_object()) {
+    return Status::Invalid("assignment without a spec");
+  }
+  JobSpec& out = assignment.spec;
+  out.name = ReadString(*spec, "name");
+  out.working_dir = ReadString(*spec, "working_dir");
+  out.dataflow = ReadString(*spec, "dataflow");
+  ReadNumber(*spec, "tasks", &out.tasks);
+  ReadNumber(*spec, "gpus_per_task", &out.gpus_per_task);
+  ReadNumber(*spec, "memory_mb_per_task", &out.memory_mb_per_task);
+  if (auto command = spec->find("command"); command != spec->end() && command->is_array()) {
+    for (const auto& arg : *command) {
+      if (!arg.is_string()) return Status::Invalid("assignment command holds a non-string");
+      out.command.push_back(arg.get<std::string>());
+    }
+  }
+  if (auto env = spec->find("env"); env != spec->end() && env->is_object()) {
+    for (const auto& [key, value] : env->items()) {
+      if (value.is_string()) out.env[key] = value.get<std::string>();
+    }
+  }
+  auto strings = [&](const char* key, std::vector<std::string>* into) {
+    if (auto it = object.find(key); it != object.end() && it->is_array()) {
+      for (const auto& item : *it) {
+        if (item.is_string()) into->push_back(item.get<std::string>());
+      }
+    }
+  };
+  if (auto it = object.find("gpu_indices"); it != object.end() && it->is_array()) {
+    for (const auto& index : *it) {
+      if (!index.is_number_integer()) return Status::Invalid("gpu_indices holds a non-integer");
+      assignment.gpu_indices.push_back(index.get<int>());
+    }
+  }
+  strings("gpu_uuids", &assignment.gpu_uuids);
+  strings("gang_nodes", &assignment.gang_nodes);
+  return assignment;
+}
+
+LaunchSpec BuildLaunchSpec(const TaskAssignment& assignment, const NodeContext& node) {
+  const TaskRef& ref = assignment.ref;
+  const JobSpec& spec = assignment.spec;
+  LaunchSpec launch;
+  launch.ref = ref;
+  if (!spec.dataflow.empty()) {
+    launch.argv = {node.ferry_binary, "run", spec.dataflow};
+  } else {
+    launch.argv = spec.command;
+  }
+  launch.env = node.base_env;
+  for (const auto& [key, value] : spec.env) launch.env[key] = value;
+  std::string devices;
+  for (int index : assignment.gpu_indices) {
+    devices += (devices.empty() ? "" : ",") + std::to_string(index);
+  }
+  std::string gang;
+  for (const auto& name : assignment.gang_nodes) gang += (gang.empty() ? "" : ",") + name;
+  launch.env["CUDA_VISIBLE_DEVICES"] = devices;
+  launch.env["FERRY_JOB_ID"] = std::to_string(ref.job_id);
+  launch.env["FERRY_JOB_NAME"] = assignment.job_name.empty() ? spec.name : assignment.job_name;
+  launch.env["FERRY_TASK_INDEX"] = std::to_string(ref.task);
+  launch.env["FERRY_TASK_COUNT"] = std::to_string(std::max(spec.tasks, 1));
+  launch.env["FERRY_ATTEMPT"] = std::to_string(ref.attempt);
+  launch.env["FERRY_NODE"] = node.node_name;
+  launch.env["FERRY_GANG_NODES"] = gang;
+  launch.working_dir = spec.working_dir.empty() ? node.work_dir : spec.working_dir;
+  launch.memory_limit_mb = std::max<int64_t>(spec.memory_mb_per_task, 0);
+  launch.log_path = node.work_dir + "/logs/" + std::to_string(ref.job_id) + "-" +
+                    std::to_string(ref.attempt) + "-" + std::to_string(ref.task) + ".log";
+  return launch;
+}
+
+json ToJson(const TaskRef& ref) {
+  return {{"job_id", ref.job_id}, {"task", ref.task}, {"attempt", ref.attempt}};
+}
+
+json ToJson(const TaskReport& report) {
+  json out = ToJson(report.ref);
+  switch (report.kind) {
+    case TaskReport::Kind::kStarted:
+      out["kind"] = "started";
+      break;
+    case TaskReport::Kind::kExited:
+      out["kind"] = "exited";
+      break;
+    case TaskReport::Kind::kLaunchFailed:
+      out["kind"] = "launch_failed";
+      break;
+  }
+  out["exit_code"] = report.exit_code ? json(*report.exit_code) : json(nullptr);
+  out["signal"] = report.signal ? json(*report.signal) : json(nullptr);
+  out["message"] = report.message;
+  out["at_ms"] = report.at_ms;
+  return out;
+}
+
+}  // namespace agent_internal
+
+std::vector<GpuInventory> DiscoverNvmlGpus() {
+  return agent_internal::DiscoverNvmlGpusFrom("libnvidia-ml.so.1");
+}
+
+namespace {
+
+using agent_internal::ToJson;
+
+std::atomic<bool> g_signalled{false};
+void OnStopSignal(int) { g_signalled.store(true); }
+
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(2'000);
+constexpr auto kMaxLogHold = std::chrono::seconds(10);
+
+// Ships task output to /v1/agent/logs on its own thread and connection, in
+// order, merging neighbouring pieces of the same stream. Counts pieces so
+// that the agent can hold an exit report until the task's output is out.
+class LogShipper {
+ public:
+  static constexpr size_t kMaxPost = 128 * 1024;
+  static constexpr size_t kMaxQueued = 32 * 1024 * 1024;
+
+  LogShipper(ClientOptions client_options, std::string node, std::function<void()> on_progress)
+      : client_(std::move(client_options)),
+        node_(std::move(node)),
+        on_progress_(std::move(on_progress)),
+        thread_([this] { Loop(); }) {}
+
+  ~LogShipper() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    client_.Interrupt();
+    thread_.join();
+  }
+
+  void Add(const TaskRef& ref, const char* stream, std::string data) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queued_bytes_ += data.size();
+      queue_.push_back({ref, stream, std::move(data)});
+      ++enqueued_;
+      // Past the cap (a long outage) the oldest output goes; the node's log file keeps it.
+      while (queued_bytes_ > kMaxQueued && queue_.size() > 1) {
+        dropped_bytes_ += queue_.front().data.size();
+        queued_bytes_ -= queue_.front().data.size();
+        queue_.pop_front();
+        ++shipped_;
+      }
+    }
+    changed_.notify_all();
+  }
+
+  uint64_t enqueued() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return enqueued_;
+  }
+  uint64_t shipped() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return shipped_;
+  }
+
+  // Waits until everything queued so far was shipped, at most `timeout`.
+  void Flush(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t target = enqueued_;
+    changed_.wait_for(lock, timeout, [&] { return shipped_ >= target; });
+  }
+
+ private:
+  struct Piece {
+    TaskRef ref;
+    const char* stream;
+    std::string data;
+  };
+
+  void Loop() {
+    auto backoff = std::chrono::milliseconds(100);
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      if (dropped_bytes_ > 0) {
+        Log("dropped " + std::to_string(dropped_bytes_) +
+            " bytes of task output while the server was unreachable (kept in the log files)");
+        dropped_bytes_ = 0;
+      }
+      // Merge the head with following pieces of the same task and stream.
+      Piece head = queue_.front();
+      size_t merged = 1;
+      while (merged < queue_.size() && queue_[merged].ref == head.ref &&
+             queue_[merged].stream == head.stream &&
+             head.data.size() + queue_[merged].data.size() <= kMaxPost) {
+        head.data += queue_[merged].data;
+        ++merged;
+      }
+      lock.unlock();
+      json body = {
+          {"node", node_},         {"job_id", head.ref.job_id}, {"attempt", head.ref.attempt},
+          {"task", head.ref.task}, {"stream", head.stream},     {"data", head.data}};
+      Request request;
+      request.method = "POST";
+      request.path = "/v1/agent/logs";
+      request.body = std::move(body);
+      request.allow_error_status = true;
+      auto result = client_.Send(request);
+      const bool retry =
+          !result.ok() || result->status >= 500 || result->status == 429 || result->status == 401;
+      lock.lock();
+      if (stopping_) return;
+      if (!retry) {
+        if (result->status >= 400) {
+          Log("server refused task output (" +
+              DescribeErrorResponse(result->status, result->Header("content-type"),
+                                    result->raw_body) +
+              "); dropped");
+        }
+        // The queue only grows at the back (drops at the front count as shipped).
+        const size_t done = std::min(merged, queue_.size());
+        for (size_t i = 0; i < done; ++i) {
+          queued_bytes_ -= queue_.front().data.size();
+          queue_.pop_front();
+        }
+        shipped_ += done;
+        backoff = std::chrono::milliseconds(100);
+        lock.unlock();
+        changed_.notify_all();
+        if (on_progress_) on_progress_();
+        lock.lock();
+      } else {
+        changed_.wait_for(lock, backoff, [&] { return stopping_; });
+        backoff = std::min(backoff * 2, kMaxBackoff);
+      }
+    }
+  }
+
+  Client client_;
+  const std::string node_;
+  std::function<void()> on_progress_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Piece> queue_;
+  size_t queued_bytes_ = 0;
+  size_t dropped_bytes_ = 0;
+  uint64_t enqueued_ = 0;
+  uint64_t shipped_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+std::string RandomInstance() {
+  std::random_device device;
+  std::string text;
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 4; ++i) {
+    uint32_t word = device();
+    for (int j = 0; j < 8; ++j) text += kHex[(word >> (4 * j)) & 15];
+  }
+  return text;
+}
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::atomic<bool>* external_stop)
+      : options_(std::move(options)), external_stop_(external_stop) {}
+
+  Status Run();
+
+ private:
+  struct PendingReport {
+    TaskReport report;
+    uint64_t log_target = 0;  // pieces of output that must be shipped first
+    Clock::time_point queued;
+  };
+
+  bool Stopping() const { return stopping_.load(); }
+  void Sleep(std::chrono::milliseconds duration);
+  void Wake();
+  Status Prepare();
+  // Registers (retrying through outages); false when stopping first.
+  Result<bool> Register();
+  void HandleSyncResponse(const json& body);
+
+  AgentOptions options_;
+  std::atomic<bool>* external_stop_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> wake_{false};
+  std::atomic<bool> in_long_poll_{false};
+  std::atomic<bool> waiting_for_logs_{false};  // an exit report waits for its output
+  std::mutex sleep_mutex_;
+  std::condition_variable sleep_cv_;
+
+  agent_internal::NodeContext node_;
+  std::string instance_;
+  std::vector<GpuInventory> gpus_;
+  int64_t lease_ms_ = 10'000;
+  int64_t stop_grace_ms_ = 10'000;
+  std::deque<PendingReport> pending_;
+
+  // Destroyed in reverse: the runner (whose callbacks use the shipper and the
+  // sync client) goes first.
+  std::unique_ptr<Client> sync_client_;
+  std::unique_ptr<LogShipper> shipper_;
+  std::unique_ptr<TaskRunner> runner_;
+};
+
+void Agent::Sleep(std::chrono::milliseconds duration) {
+  std::unique_lock<std::mutex> lock(sleep_mutex_);
+  sleep_cv_.wait_for(lock, duration, [&] { return Stopping() || wake_.load(); });
+}
+
+void Agent::Wake() {
+  wake_.store(true);
+  if (in_long_poll_.load() && sync_client_) sync_client_->Interrupt();
+  std::lock_guard<std::mutex> lock(sleep_mutex_);
+  sleep_cv_.notify_all();
+}
+
+Status Agent::Prepare() {
+  if (options_.node_name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      return Status::Invalid("cannot read the host name; pass --name");
+    }
+    options_.node_name = host;
+  }
+  if (options_.cpus <= 0)
+    options_.cpus = static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (options_.memory_mb <= 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0) {
+      options_.memory_mb = static_cast<int64_t>(pages) * page_size / (1024 * 1024);
+    }
+  }
+  std::error_code error;
+  std::filesystem::path work_dir = std::filesystem::absolute(
+      options_.work_dir.empty() ? std::filesystem::path(".")
+                                : std::filesystem::path(options_.work_dir),
+      error);
+  if (!error) std::filesystem::create_directories(work_dir / "logs", error);
+  if (error) {
+    return Status::IOError("cannot create the work directory " + options_.work_dir + ": " +
+                           error.message());
+  }
+  node_.node_name = options_.node_name;
+  node_.work_dir = work_dir.lexically_normal().string();
+  while (node_.work_dir.size() > 1 && node_.work_dir.back() == '/') node_.work_dir.pop_back();
+  node_.base_env = agent_internal::CurrentEnvironment();
+  std::error_code exe_error;
+  node_.ferry_binary = std::filesystem::read_symlink("/proc/self/exe", exe_error).string();
+  if (exe_error) node_.ferry_binary = "ferry";
+
+  if (!options_.ignore_nvml) gpus_ = DiscoverNvmlGpus();
+  if (gpus_.empty()) gpus_ = options_.declared_gpus;
+  instance_ = RandomInstance();
+
+  ClientOptions client_options;
+  client_options.base_url = options_.server_url;
+  client_options.token = options_.token;
+  client_options.connect_timeout_ms = 2'000;
+  client_options.read_timeout_ms = 10'000;
+  sync_client_ = std::make_unique<Client>(client_options);
+  shipper_ = std::make_unique<LogShipper>(client_options, options_.node_name, [this] {
+    if (waiting_for_logs_.load()) Wake();
+  });
+  TaskRunner::Options runner_options;
+  runner_options.on_output = [this](const TaskRef& ref, const char* stream, std::string data) {
+    shipper_->Add(ref, stream, std::move(data));
+  };
+  runner_options.on_report = [this] { Wake(); };
+  runner_ = std::make_unique<TaskRunner>(std::move(runner_options));
+  return Status::OK();
+}
+
+Result<bool> Agent::Register() {
+  json gpus = json::array();
+  for (const auto& gpu : gpus_) {
+    gpus.push_back({{"index", gpu.index},
+                    {"model", gpu.model},
+                    {"memory_mb", gpu.memory_mb},
+                    {"uuid", gpu.uuid}});
+  }
+  json body = {{"name", options_.node_name},
+               {"pool", options_.pool},
+               {"labels", options_.labels},
+               {"cpus", options_.cpus},
+               {"memory_mb", options_.memory_mb},
+               {"instance", instance_},
+               {"gpus", gpus}};
+  auto backoff = std::chrono::milliseconds(200);
+  bool reported_outage = false;
+  while (!Stopping()) {
+    Request request;
+    request.method = "POST";
+    request.path = "/v1/agent/register";
+    request.body = body;
+    request.allow_error_status = true;
+    auto result = sync_client_->Send(request);
+    if (result.ok() && result->status == 200) {
+      int64_t lease_ms = 0;
+      if (result->body.is_object() && result->body.contains("lease_ms") &&
+          result->body["lease_ms"].is_number_integer()) {
+        lease_ms = result->body["lease_ms"].get<int64_t>();
+      }
+      if (lease_ms > 0) lease_ms_ = lease_ms;
+      Log("registered node " + options_.node_name + " in pool " + options_.pool + " (instance " +
+          instance_ + ", " + std::to_string(gpus_.size()) + " GPUs) with " + options_.server_url);
+      return true;
+    }
+    if (result.ok()) {
+      const std::string message =
+          DescribeErrorResponse(result->status, result->Header("content-type"), result->raw_body);
+      // A refused registration does not get better by retrying.
+      if (result->status >= 400 && result->status < 500 && result->status != 429 &&
+          result->status != 408) {
+        return Status::Invalid("registration refused: " + message);
+      }
+      if (!reported_outage) Log("registration failed (" + message + "); retrying");
+    } else if (!reported_outage) {
+      Log(result.status().message() + "; retrying");
+    }
+    reported_outage = true;
+    Sleep(backoff);
+    wake_.store(false);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  return false;
+}
+
+void Agent::HandleSyncResponse(const json& body) {
+  if (auto it = body.find("stop_grace_ms"); it != body.end() && it->is_number_integer()) {
+    stop_grace_ms_ = std::max<int64_t>(0, it->get<int64_t>());
+  }
+  if (auto stop = body.find("stop"); stop != body.end() && stop->is_array()) {
+    for (const auto& entry : *stop) {
+      auto ref = agent_internal::ParseRef(entry);
+      if (ref.ok()) runner_->Stop(*ref, std::chrono::milliseconds(stop_grace_ms_));
+    }
+  }
+  if (auto start = body.find("start"); start != body.end() && start->is_array()) {
+    for (const auto& entry : *start) {
+      auto assignment = agent_internal::ParseAssignment(entry);
+      if (!assignment.ok()) {
+        auto ref = agent_internal::ParseRef(entry);
+        Log("bad assignment from the server: " + assignment.status().message());
+        if (!ref.ok()) continue;
+        // Report it so the job fails instead of waiting forever.
+        TaskReport report;
+        report.ref = *ref;
+        report.kind = TaskReport::Kind::kLaunchFailed;
+        report.message = "bad assignment: " + assignment.status().message();
+        report.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+        pending_.push_back({report, 0, Clock::now()});
+        continue;
+      }
+      runner_->Start(agent_internal::BuildLaunchSpec(*assignment, node_));
+    }
+  }
+}
+
+Status Agent::Run() {
+  FERRY_RETURN_NOT_OK(Prepare());
+  // Turns the external stop flag and the signal flag into a prompt wake-up.
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      if ((external_stop_ != nullptr && external_stop_->load()) || g_signalled.load()) {
+        stopping_.store(true);
+        sync_client_->Interrupt();
+        std::lock_guard<std::mutex> lock(sleep_mutex_);
+        sleep_cv_.notify_all();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  Status status;
+  bool registered = false;
+  auto backoff = std::chrono::milliseconds(200);
+  bool outage = false;
+  while (!Stopping()) {
+    if (!registered) {
+      auto result = Register();
+      if (!result.ok()) {
+        status = result.status();
+        break;
+      }
+      if (!*result) break;
+      registered = true;
+    }
+    // Running() before TakeReports(): a task ending in between is in one of them.
+    std::vector<TaskRef> running = runner_->Running();
+    for (auto& report : runner_->TakeReports()) {
+      const bool ended = report.kind != TaskReport::Kind::kStarted;
+      pending_.push_back({std::move(report), ended ? shipper_->enqueued() : 0, Clock::now()});
+    }
+    // Reports go in order; an exit waits (bounded) until its output was shipped.
+    const uint64_t shipped = shipper_->shipped();
+    const auto now = Clock::now();
+    size_t sendable = 0;
+    while (sendable < pending_.size() && (pending_[sendable].log_target <= shipped ||
+                                          now - pending_[sendable].queued > kMaxLogHold)) {
+      ++sendable;
+    }
+    json reports = json::array();
+    for (size_t i = 0; i < sendable; ++i) reports.push_back(ToJson(pending_[i].report));
+    // Tasks whose exit the server has not heard of yet still count as running.
+    for (size_t i = sendable; i < pending_.size(); ++i) {
+      const TaskReport& report = pending_[i].report;
+      if (report.kind != TaskReport::Kind::kStarted &&
+          std::find(running.begin(), running.end(), report.ref) == running.end()) {
+        running.push_back(report.ref);
+      }
+    }
+    json running_json = json::array();
+    for (const auto& ref : running) running_json.push_back(ToJson(ref));
+
+    wake_.store(false);
+    int64_t wait_ms = std::min(options_.sync_wait_ms, lease_ms_ / 2);
+    if (sendable > 0) wait_ms = 0;
+    if (sendable < pending_.size()) wait_ms = std::min<int64_t>(wait_ms, 200);
+    wait_ms = std::max<int64_t>(wait_ms, 0);
+
+    waiting_for_logs_.store(sendable < pending_.size());
+    // A wake-up that came before the long poll was in flight cuts it short here.
+    in_long_poll_.store(wait_ms > 0);
+    if (wait_ms > 0 && wake_.load()) {
+      in_long_poll_.store(false);
+      wait_ms = 0;
+    }
+    Request request;
+    request.method = "POST";
+    request.path = "/v1/agent/sync";
+    request.query = {{"wait_ms", std::to_string(wait_ms)}};
+    request.body = json{{"node", options_.node_name},
+                        {"instance", instance_},
+                        {"running", running_json},
+                        {"reports", reports}};
+    request.extra_read_timeout_ms = wait_ms;
+    request.allow_error_status = true;
+    const auto sync_started = std::chrono::steady_clock::now();
+    auto result = sync_client_->Send(request);
+    in_long_poll_.store(false);
+    if (Stopping()) break;
+
+    if (result.ok() && result->status == 200 && result->body.is_object()) {
+      if (outage) Log("server reachable again");
+      outage = false;
+      backoff = std::chrono::milliseconds(200);
+      const json& body = result->body;
+      auto registered_it = body.find("registered");
+      if (registered_it != body.end() && registered_it->is_boolean() &&
+          !registered_it->get<bool>()) {
+        Log("the server does not know this node (restarted or declared it lost); registering "
+            "again");
+        registered = false;
+        continue;  // the reports stay queued and go with the next sync
+      }
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sendable));
+      HandleSyncResponse(body);
+      // A server with every long-poll slot taken answers at once with nothing
+      // to do: pause briefly instead of spinning on it.
+      auto empty_list = [&body](const char* key) {
+        auto it = body.find(key);
+        return it == body.end() || !it->is_array() || it->empty();
+      };
+      const bool nothing = empty_list("start") && empty_list("stop");
+      const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - sync_started);
+      if (nothing && wait_ms > 0 && elapsed.count() < wait_ms / 4 && !wake_.load()) {
+        Sleep(std::chrono::milliseconds(std::min<int64_t>(wait_ms / 4, 250)));
+      }
+      continue;
+    }
+    // Interrupted on purpose (a task started or ended): sync again right away.
+    if (!result.ok() && wake_.load()) continue;
+    std::string message =
+        result.ok() ? DescribeErrorResponse(result->status, result->Header("content-type"),
+                                            result->raw_body)
+                    : result.status().message();
+    if (!outage) Log("sync failed (" + message + "); tasks keep running, retrying");
+    outage = true;
+    Sleep(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+
+  if (!runner_->Running().empty()) {
+    Log("stopping " + std::to_string(runner_->Running().size()) + " task(s)");
+  }
+  runner_->StopAll(kShutdownGrace);
+  shipper_->Flush(std::chrono::seconds(2));
+  done.store(true);
+  watcher.join();
+  runner_.reset();
+  shipper_.reset();
+  return status;
+}
+
+}  // namespace
+
+Status RunAgent(const AgentOptions& options, std::atomic<bool>* stop, bool handle_signals) {
+  struct sigaction old_int {
+  }, old_term{}, old_pipe{};
+  if (handle_signals) {
+    g_signalled.store(false);
+    struct sigaction action {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int);
+    sigaction(SIGTERM, &action, &old_term);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &old_pipe);
+  }
+  Status status = Agent(options, stop).Run();
+  if (handle_signals) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGPIPE, &old_pipe, nullptr);
+  }
+  return status;
+}
+
+}  // namespace ferry::fleet

@@ -1,0 +1,45 @@
+// Pieces of the agent that tests reach without a server: NVML loading from a
+// chosen library, the JSON forms of the agent protocol and how an assignment
+// becomes a LaunchSpec.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ferry/exchange/status.h"
+#include "ferry/fleet/store.h"
+#include "fleet/agent/task_runner.h"
+
+namespace ferry::fleet::agent_internal {
+
+// DiscoverNvmlGpus with the library path given; empty when it cannot be
+// loaded, lacks a symbol, or NVML fails to initialise.
+std::vector<GpuInventory> DiscoverNvmlGpusFrom(const char* library);
+
+// "NVIDIA H200" -> "H200"; "NVIDIA GeForce RTX 4090" -> "GeForce-RTX-4090".
+std::string ModelFromNvmlName(const std::string& name);
+
+// What the agent knows about itself when it launches a task.
+struct NodeContext {
+  std::string node_name;
+  std::string work_dir;                         // absolute
+  std::string ferry_binary;                     // runs `dataflow` specs
+  std::map<std::string, std::string> base_env;  // the agent's own environment
+};
+
+// One `start` entry of a sync response. Lenient about fields it does not use.
+Result<TaskAssignment> ParseAssignment(const nlohmann::json& json);
+
+// argv, environment (base env, then spec env, then CUDA_VISIBLE_DEVICES and
+// FERRY_*), working directory, memory limit and log path of a task.
+LaunchSpec BuildLaunchSpec(const TaskAssignment& assignment, const NodeContext& node);
+
+nlohmann::json ToJson(const TaskReport& report);
+nlohmann::json ToJson(const TaskRef& ref);
+
+// The process environment as a map.
+std::map<std::string, std::string> CurrentEnvironment();
+
+}  // namespace ferry::fleet::agent_internal

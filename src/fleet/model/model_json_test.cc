@@ -1,0 +1,153 @@
+#include "ferry/fleet/model_json.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry::fleet {
+namespace {
+
+using nlohmann::json;
+
+std::vector<FieldError> ErrorsOf(const json& body) {
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(body, &errors);
+  EXPECT_FALSE(spec.ok()) << body.dump();
+  return errors;
+}
+
+bool HasError(const std::vector<FieldError>& errors, const std::string& field) {
+  for (const auto& error : errors) {
+    if (error.field == field) return true;
+  }
+  return false;
+}
+
+TEST(JobSpecJson, MinimalSpecGetsDefaults) {
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(json{{"name", "hello"}, {"command", {"echo", "hi"}}}, &errors);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(spec->name, "hello");
+  EXPECT_EQ(spec->command, (std::vector<std::string>{"echo", "hi"}));
+  EXPECT_EQ(spec->tasks, 1);
+  EXPECT_EQ(spec->gpus_per_task, 0);
+  EXPECT_EQ(spec->max_retries, 3);
+}
+
+TEST(JobSpecJson, FullSpecRoundTrips) {
+  json body = {{"name", "train"},
+               {"command", {"python", "train.py"}},
+               {"env", {{"SEED", "1"}}},
+               {"working_dir", "/data"},
+               {"tasks", 2},
+               {"gpus_per_task", 4},
+               {"gpu_models", {"H200", "H100"}},
+               {"cpus_per_task", 8.5},
+               {"memory_mb_per_task", 65536},
+               {"priority", -10},
+               {"preemptible", true},
+               {"max_runtime_seconds", 3600},
+               {"max_retries", 0},
+               {"labels", {{"project", "llm"}}}};
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(body, &errors);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(ToJson(*spec), body);
+  auto again = ParseJobSpec(ToJson(*spec), &errors);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(ToJson(*again), body);
+}
+
+TEST(JobSpecJson, DataflowInsteadOfCommand) {
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(json{{"name", "df"}, {"dataflow", "pipeline.yml"}}, &errors);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->dataflow, "pipeline.yml");
+  EXPECT_TRUE(spec->command.empty());
+  EXPECT_EQ(ToJson(*spec).count("command"), 0u);
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"dataflow", "a.yml"}, {"command", {"ls"}}}),
+                       "dataflow"));
+}
+
+TEST(JobSpecJson, EveryBadFieldIsReported) {
+  auto errors = ErrorsOf({{"name", ""},
+                          {"command", {"", 3}},
+                          {"tasks", 0},
+                          {"gpus_per_task", -1},
+                          {"cpus_per_task", "lots"},
+                          {"priority", 5000},
+                          {"preemptible", "yes"},
+                          {"env", {{"A", 1}}},
+                          {"labels", json::array()},
+                          {"colour", "blue"}});
+  for (const char* field : {"name", "command[1]", "tasks", "gpus_per_task", "cpus_per_task",
+                            "priority", "preemptible", "env.A", "labels", "colour"}) {
+    EXPECT_TRUE(HasError(errors, field)) << field;
+  }
+}
+
+TEST(JobSpecJson, RequiredFieldsAndShapes) {
+  EXPECT_TRUE(HasError(ErrorsOf(json::object()), "name"));
+  EXPECT_TRUE(HasError(ErrorsOf(json::object()), "command"));
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", json::array()}}), "command"));
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {""}}}), "command[0]"));
+  EXPECT_FALSE(ErrorsOf(json::array()).empty());
+  EXPECT_FALSE(ErrorsOf(json("text")).empty());
+  // Integers must be integers: 2.5 tasks or a huge unsigned value are refused.
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"tasks", 2.5}}), "tasks"));
+  EXPECT_TRUE(HasError(
+      ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"memory_mb_per_task", UINT64_MAX}}),
+      "memory_mb_per_task"));
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"tasks", 1025}}), "tasks"));
+}
+
+TEST(JobSpecJson, NullMeansDefault) {
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(json{{"name", "x"}, {"command", {"ls"}}, {"tasks", nullptr}}, &errors);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->tasks, 1);
+}
+
+TEST(ModelJson, JobResourceShape) {
+  Job job;
+  job.id = 42;
+  job.spec.name = "train";
+  job.spec.command = {"true"};
+  job.state = JobState::kRunning;
+  job.reason = std::string(reason::kTasksStarted);
+  job.created_at_ms = 1'796'000'000'123;
+  job.placement.push_back({0, 7, "gpu-a", {11, 12}, {0, 1}});
+  AttemptRecord attempt;
+  attempt.attempt = 1;
+  attempt.state = JobState::kRunning;
+  attempt.exit_code = 0;
+  job.attempts.push_back(attempt);
+  json out = ToJson(job);
+  EXPECT_EQ(out["id"], 42);
+  EXPECT_EQ(out["state"], "RUNNING");
+  EXPECT_EQ(out["reason"], "TASKS_STARTED");
+  EXPECT_EQ(out["placement"][0]["node"], "gpu-a");
+  EXPECT_EQ(out["placement"][0]["gpu_indices"], json({0, 1}));
+  EXPECT_EQ(out["created_at"], "2026-11-30T00:53:20.123Z");
+  EXPECT_TRUE(out["finished_at"].is_null());
+  EXPECT_EQ(out["attempts"][0]["exit_code"], 0);
+  EXPECT_EQ(ToJson(job, false).count("attempts"), 0u);
+}
+
+TEST(ModelNames, StatesAndRolesRoundTrip) {
+  for (JobState state : {JobState::kPending, JobState::kAdmitted, JobState::kRunning,
+                         JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
+                         JobState::kPreempted, JobState::kTimeout, JobState::kLost}) {
+    EXPECT_EQ(ParseJobState(ToString(state)), state);
+  }
+  EXPECT_FALSE(ParseJobState("running").has_value());
+  EXPECT_TRUE(IsTerminal(JobState::kTimeout));
+  EXPECT_FALSE(IsTerminal(JobState::kLost));
+  EXPECT_FALSE(IsTerminal(JobState::kPreempted));
+  for (Role role : {Role::kUser, Role::kTeamAdmin, Role::kPlatformAdmin, Role::kAgent}) {
+    EXPECT_EQ(ParseRole(ToString(role)), role);
+  }
+  EXPECT_FALSE(ParseRole("root").has_value());
+}
+
+}  // namespace
+}  // namespace ferry::fleet

@@ -1,0 +1,881 @@
+// End-to-end tests of the REST API: RunServer in a thread on an ephemeral
+// port over a temporary SQLite store, driven by httplib::Client over loopback.
+#include "ferry/fleet/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing/test_util.h"
+
+namespace ferry::fleet {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Reply {
+  int status = 0;  // 0: no response (connection error)
+  std::string raw;
+  json body;
+  httplib::Headers headers;
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+  std::string Type() const { return body.is_object() ? body.value("type", "") : ""; }
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Polls `condition` every 20 ms for at most `seconds`.
+bool WaitFor(const std::function<bool()>& condition, int seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+// A server running in a thread for the duration of one test.
+class TestServer {
+ public:
+  explicit TestServer(const std::function<void(ServerOptions&)>& customize = {},
+                      std::string dir = "") {
+    if (dir.empty()) {
+      std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
+      dir_ = mkdtemp(pattern.data()) ? pattern : "";
+      owns_dir_ = true;
+    } else {
+      dir_ = dir;
+    }
+    options_.store_url = "sqlite:" + dir_ + "/fleet.db";
+    options_.host = "127.0.0.1";
+    options_.port = 0;
+    options_.port_file = dir_ + "/port";
+    options_.data_dir = dir_;
+    options_.threads = 8;
+    options_.schedule_interval_ms = 20;
+    options_.rate_per_second = 0;  // most tests send bursts
+    if (customize) customize(options_);
+    fs::remove(options_.port_file);
+    thread_ = std::thread([this] {
+      status_ = RunServer(options_, &stop_, /*handle_signals=*/false);
+      finished_ = true;
+    });
+    WaitFor([&] { return finished_.load() || !ReadFile(options_.port_file).empty(); });
+    const std::string port_text = ReadFile(options_.port_file);
+    port_ = port_text.empty() ? 0 : std::atoi(port_text.c_str());
+    admin_token_ = ReadFile(dir_ + "/admin.token");
+    agent_token_ = ReadFile(dir_ + "/agent.token");
+  }
+  ~TestServer() {
+    (void)Stop();
+    if (owns_dir_ && !keep_dir_) fs::remove_all(dir_);
+  }
+  Status Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+  bool ok() const { return port_ > 0 && !finished_.load(); }
+  int port() const { return port_; }
+  const std::string& dir() const { return dir_; }
+  const std::string& admin() const { return admin_token_; }
+  const std::string& agent() const { return agent_token_; }
+  void keep_dir() { keep_dir_ = true; }
+
+  Reply Send(const std::string& method, const std::string& path, const std::string& token,
+             const std::string& body = "", const std::string& content_type = "application/json",
+             httplib::Headers headers = {}) const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_connection_timeout(5);
+    client.set_read_timeout(40);
+    client.set_write_timeout(10);
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    auto call = [&]() -> httplib::Result {
+      if (method == "POST") return client.Post(path.c_str(), headers, body, content_type.c_str());
+      if (method == "PUT") return client.Put(path.c_str(), headers, body, content_type.c_str());
+      if (method == "DELETE") return client.Delete(path.c_str(), headers);
+      return client.Get(path.c_str(), headers);
+    };
+    httplib::Result result = call();
+    Reply reply;
+    if (!result) return reply;
+    reply.status = result->status;
+    reply.raw = result->body;
+    reply.headers = result->headers;
+    reply.body = json::parse(reply.raw, nullptr, false);
+    return reply;
+  }
+  Reply Get(const std::string& path, const std::string& token) const {
+    return Send("GET", path, token);
+  }
+  Reply Post(const std::string& path, const std::string& token, const json& body,
+             httplib::Headers headers = {}) const {
+    return Send("POST", path, token, body.dump(), "application/json", std::move(headers));
+  }
+
+  // Creates a user through the admin API and returns its token.
+  std::string CreateUser(const std::string& tenant, const std::string& team,
+                         const std::string& name, const std::string& role) const {
+    Reply reply = Post("/v1/admin/users", admin_token_,
+                       {{"tenant", tenant}, {"team", team}, {"name", name}, {"role", role}});
+    EXPECT_EQ(reply.status, 201) << reply.raw;
+    return reply.body.is_object() ? reply.body.value("token", "") : "";
+  }
+  // Every job the admin can see.
+  size_t CountJobs() const {
+    Reply reply = Get("/v1/jobs?page_size=500", admin_token_);
+    EXPECT_EQ(reply.status, 200) << reply.raw;
+    return reply.body.is_object() ? reply.body["jobs"].size() : 0;
+  }
+
+ private:
+  ServerOptions options_;
+  std::string dir_;
+  bool owns_dir_ = false;
+  bool keep_dir_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
+  Status status_;
+  std::thread thread_;
+  int port_ = 0;
+  std::string admin_token_;
+  std::string agent_token_;
+};
+
+json SimpleJob(const std::string& name = "hello") {
+  return {{"name", name}, {"command", {"echo", "hi"}}};
+}
+
+json GpuNode(const std::string& name, const std::string& model, int gpus) {
+  json list = json::array();
+  for (int i = 0; i < gpus; ++i) list.push_back({{"index", i}, {"model", model}});
+  return {{"name", name},
+          {"instance", name + "-i1"},
+          {"cpus", 1024},
+          {"memory_mb", 1 << 20},
+          {"gpus", list}};
+}
+
+void ExpectProblem(const Reply& reply, int status, const std::string& suffix) {
+  EXPECT_EQ(reply.status, status) << reply.raw;
+  EXPECT_EQ(reply.Header("Content-Type"), "application/problem+json") << reply.raw;
+  EXPECT_EQ(reply.Type(), "urn:ferry:problem:" + suffix) << reply.raw;
+  if (reply.body.is_object()) {
+    EXPECT_EQ(reply.body.value("status", 0), status);
+    EXPECT_TRUE(reply.body.contains("title"));
+    EXPECT_TRUE(reply.body.contains("detail"));
+    EXPECT_TRUE(reply.body.contains("instance"));
+  }
+}
+
+TEST(FleetServer, BootstrapHealthAndPortFile) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(server.admin().substr(0, 3), "fy_");
+  EXPECT_EQ(server.admin().size(), 46u);
+  struct stat info {};
+  ASSERT_EQ(stat((server.dir() + "/admin.token").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((server.dir() + "/agent.token").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+
+  EXPECT_EQ(server.Get("/healthz", "").status, 200);
+  Reply ready = server.Get("/readyz", "");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body["status"], "ok");
+
+  Reply me = server.Get("/v1/whoami", server.admin());
+  ASSERT_EQ(me.status, 200) << me.raw;
+  EXPECT_EQ(me.body, (json{{"tenant", "default"},
+                           {"team", "default"},
+                           {"user", "admin"},
+                           {"role", "platform_admin"}}));
+  // The agent identity may only use /v1/agent.
+  ExpectProblem(server.Get("/v1/whoami", server.agent()), 403, "forbidden");
+  ExpectProblem(server.Get("/v1/jobs", server.agent()), 403, "forbidden");
+}
+
+TEST(FleetServer, RestartKeepsTokensAndJobs) {
+  std::string dir;
+  std::string admin;
+  {
+    TestServer first;
+    ASSERT_TRUE(first.ok());
+    first.keep_dir();
+    dir = first.dir();
+    admin = first.admin();
+    ASSERT_EQ(first.Post("/v1/jobs", admin, SimpleJob()).status, 201);
+  }
+  {
+    TestServer second({}, dir);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second.admin(), admin);  // the token file was kept
+    EXPECT_EQ(second.Get("/v1/whoami", admin).status, 200);
+    EXPECT_EQ(second.CountJobs(), 1u);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(FleetServer, AuthenticationFailures) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  Reply missing = server.Get("/v1/jobs", "");
+  ExpectProblem(missing, 401, "unauthorized");
+  EXPECT_EQ(missing.Header("WWW-Authenticate"), "Bearer");
+  ExpectProblem(server.Get("/v1/jobs", "fy_not-a-real-token"), 401, "unauthorized");
+  ExpectProblem(server.Send("GET", "/v1/jobs", "", "", "", {{"Authorization", "Basic abc"}}), 401,
+                "unauthorized");
+  ExpectProblem(server.Send("POST", "/v1/jobs", "nope", SimpleJob().dump()), 401, "unauthorized");
+  EXPECT_EQ(server.CountJobs(), 0u);
+}
+
+TEST(FleetServer, RoutingErrors) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  ExpectProblem(server.Get("/v1/nothing", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/", ""), 404, "not-found");
+  Reply put = server.Send("PUT", "/v1/jobs", server.admin(), "{}");
+  ExpectProblem(put, 405, "method-not-allowed");
+  EXPECT_EQ(put.Header("Allow"), "POST, GET");
+  Reply post_job = server.Send("POST", "/v1/jobs/1", server.admin(), "{}");
+  ExpectProblem(post_job, 405, "method-not-allowed");
+  EXPECT_EQ(post_job.Header("Allow"), "GET, DELETE");
+  ExpectProblem(server.Get("/v1/jobs/abc", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/jobs/999", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/jobs/999/events", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/jobs/999/logs", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/nodes/ghost", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/jobs?bogus=1", server.admin()), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs/" + std::string(6000, '7'), server.admin()), 404, "not-found");
+  // Invalid UTF-8 in the path and the query comes back replaced, not as a crash.
+  ExpectProblem(server.Get("/v1/%FF%FE", server.admin()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/jobs?state=%FF", server.admin()), 400, "bad-request");
+  EXPECT_EQ(server.Get("/v1/jobs?user=%FF%C3", server.admin()).status, 200);
+  EXPECT_EQ(server.Get("/healthz", "").status, 200);
+}
+
+TEST(FleetServer, SubmitGetAndList) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  json spec = SimpleJob("train");
+  spec["labels"] = {{"project", "llm"}};
+  spec["env"] = {{"SEED", "1"}};
+  Reply created = server.Post("/v1/jobs", server.admin(), spec);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_EQ(created.Header("Content-Type"), "application/json");
+  const int64_t id = created.body["id"].get<int64_t>();
+  EXPECT_EQ(created.Header("Location"), "/v1/jobs/" + std::to_string(id));
+  EXPECT_EQ(created.body["state"], "PENDING");
+  EXPECT_EQ(created.body["user"], "admin");
+
+  Reply got = server.Get("/v1/jobs/" + std::to_string(id), server.admin());
+  ASSERT_EQ(got.status, 200) << got.raw;
+  EXPECT_EQ(got.body["name"], "train");
+  EXPECT_EQ(got.body["spec"]["env"]["SEED"], "1");
+  EXPECT_TRUE(got.body.contains("attempts"));
+
+  Reply list = server.Get("/v1/jobs", server.admin());
+  ASSERT_EQ(list.status, 200);
+  ASSERT_EQ(list.body["jobs"].size(), 1u);
+  EXPECT_FALSE(list.body["jobs"][0].contains("attempts"));
+  EXPECT_TRUE(list.body["next_page_token"].is_null());
+
+  Reply events = server.Get("/v1/jobs/" + std::to_string(id) + "/events", server.admin());
+  ASSERT_EQ(events.status, 200) << events.raw;
+  ASSERT_GE(events.body["events"].size(), 1u);
+  EXPECT_EQ(events.body["events"][0]["reason"], "SUBMITTED");
+  EXPECT_EQ(events.body["next_after"], events.body["events"].back()["id"]);
+}
+
+TEST(FleetServer, BadInputsChangeNothing) {
+  TestServer server([](ServerOptions& o) { o.max_body_bytes = 64 * 1024; });
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  const size_t before = server.CountJobs();
+
+  ExpectProblem(server.Send("POST", "/v1/jobs", admin, "{\"name\": "), 400, "malformed-json");
+  ExpectProblem(server.Send("POST", "/v1/jobs", admin, "[1, 2]"), 400, "malformed-json");
+  ExpectProblem(server.Send("POST", "/v1/jobs", admin, ""), 400, "malformed-json");
+  ExpectProblem(server.Send("POST", "/v1/jobs", admin, std::string(5000, '[')), 400,
+                "malformed-json");
+  ExpectProblem(server.Send("POST", "/v1/jobs", admin, SimpleJob().dump(), "text/plain"), 415,
+                "unsupported-media-type");
+
+  json wrong_types = SimpleJob();
+  wrong_types["tasks"] = "two";
+  wrong_types["priority"] = 1.5;
+  Reply typed = server.Post("/v1/jobs", admin, wrong_types);
+  ExpectProblem(typed, 422, "validation");
+  ASSERT_TRUE(typed.body.contains("errors"));
+  EXPECT_EQ(typed.body["errors"].size(), 2u) << typed.raw;
+
+  json unknown = SimpleJob();
+  unknown["gpus"] = 1;
+  Reply unknown_reply = server.Post("/v1/jobs", admin, unknown);
+  ExpectProblem(unknown_reply, 422, "validation");
+  EXPECT_EQ(unknown_reply.body["errors"][0]["field"], "gpus");
+
+  json negative = SimpleJob();
+  negative["gpus_per_task"] = -1;
+  Reply negative_reply = server.Post("/v1/jobs", admin, negative);
+  ExpectProblem(negative_reply, 422, "validation");
+  EXPECT_EQ(negative_reply.body["errors"][0]["field"], "gpus_per_task");
+
+  ExpectProblem(server.Post("/v1/jobs", admin, json{{"name", "x"}}), 422, "validation");
+
+  json huge = SimpleJob();
+  huge["env"] = {{"BIG", std::string(100 * 1024, 'x')}};
+  ExpectProblem(server.Post("/v1/jobs", admin, huge), 413, "payload-too-large");
+  huge["env"] = {{"BIG", std::string(4 << 20, 'x')}};
+  ExpectProblem(server.Post("/v1/jobs", admin, huge), 413, "payload-too-large");
+
+  {
+    // The same without a Content-Length (chunked transfer encoding).
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(30);
+    size_t sent = 0;
+    auto result = client.Post(
+        "/v1/jobs", {{"Authorization", "Bearer " + admin}},
+        [&](size_t, httplib::DataSink& sink) {
+          const std::string piece(64 * 1024, ' ');
+          if (sent >= (4u << 20)) {
+            sink.done();
+            return true;
+          }
+          sent += piece.size();
+          return sink.write(piece.data(), piece.size());
+        },
+        "application/json");
+    // The server may close the connection before the client is done sending;
+    // when it answers, the answer is 413.
+    if (result) {
+      EXPECT_EQ(result->status, 413);
+    }
+  }
+  ExpectProblem(server.Post("/v1/jobs", admin, SimpleJob(), {{"Idempotency-Key", "cl\xc3\xa9"}}),
+                400, "bad-request");
+  ExpectProblem(
+      server.Post("/v1/jobs", admin, SimpleJob(), {{"Idempotency-Key", std::string(300, 'k')}}),
+      400, "bad-request");
+
+  EXPECT_EQ(server.CountJobs(), before);
+  // The server is still healthy after all of it.
+  EXPECT_EQ(server.Post("/v1/jobs", admin, SimpleJob()).status, 201);
+  EXPECT_EQ(server.CountJobs(), before + 1);
+}
+
+TEST(FleetServer, TenantIsolationAndRoles) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  const std::string carl = server.CreateUser("acme", "ml", "carl", "user");
+  const std::string dora = server.CreateUser("acme", "ml", "dora", "team_admin");
+  const std::string eve = server.CreateUser("acme", "web", "eve", "team_admin");
+  const std::string bob = server.CreateUser("globex", "infra", "bob", "user");
+  ASSERT_FALSE(ana.empty());
+  ASSERT_FALSE(bob.empty());
+
+  Reply me = server.Get("/v1/whoami", ana);
+  EXPECT_EQ(me.body, (json{{"tenant", "acme"}, {"team", "ml"}, {"user", "ana"}, {"role", "user"}}));
+
+  Reply created = server.Post("/v1/jobs", ana, SimpleJob("ana-job"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string path = "/v1/jobs/" + std::to_string(created.body["id"].get<int64_t>());
+  ASSERT_EQ(server.Post("/v1/jobs", bob, SimpleJob("bob-job")).status, 201);
+
+  // Another tenant: the job does not exist.
+  ExpectProblem(server.Get(path, bob), 404, "not-found");
+  ExpectProblem(server.Send("DELETE", path, bob), 404, "not-found");
+  ExpectProblem(server.Send("POST", path + ":cancel", bob), 404, "not-found");
+  ExpectProblem(server.Get(path + "/events", bob), 404, "not-found");
+  ExpectProblem(server.Get(path + "/logs", bob), 404, "not-found");
+  Reply bob_list = server.Get("/v1/jobs", bob);
+  ASSERT_EQ(bob_list.body["jobs"].size(), 1u);
+  EXPECT_EQ(bob_list.body["jobs"][0]["name"], "bob-job");
+
+  // Same tenant: visible; cancelling needs ownership or a team admin of the team.
+  EXPECT_EQ(server.Get(path, carl).status, 200);
+  ExpectProblem(server.Send("DELETE", path, carl), 403, "forbidden");
+  ExpectProblem(server.Send("DELETE", path, eve), 403, "forbidden");
+  Reply ana_list = server.Get("/v1/jobs", ana);
+  ASSERT_EQ(ana_list.body["jobs"].size(), 1u);
+  Reply cancelled = server.Send("DELETE", path, dora);
+  ASSERT_EQ(cancelled.status, 200) << cancelled.raw;
+  EXPECT_EQ(cancelled.body["state"], "CANCELLED");
+
+  // Operations the role does not allow.
+  ExpectProblem(server.Post("/v1/nodes/gpu-a:drain", ana, json::object()), 403, "forbidden");
+  ExpectProblem(server.Post("/v1/admin/users", ana,
+                            {{"tenant", "acme"}, {"team", "ml"}, {"name", "x"}, {"role", "user"}}),
+                403, "forbidden");
+  ExpectProblem(server.Post("/v1/agent/register", ana, GpuNode("n", "T4", 1)), 403, "forbidden");
+  ExpectProblem(server.Post("/v1/agent/sync", dora, json::object()), 403, "forbidden");
+
+  // The platform admin sees every tenant.
+  EXPECT_EQ(server.CountJobs(), 2u);
+  EXPECT_EQ(server.Get(path, server.admin()).status, 200);
+
+  // User creation refuses duplicates and bad roles, and changes nothing then.
+  ExpectProblem(
+      server.Post("/v1/admin/users", server.admin(),
+                  {{"tenant", "acme"}, {"team", "ml"}, {"name", "ana"}, {"role", "user"}}),
+      422, "validation");
+  ExpectProblem(
+      server.Post("/v1/admin/users", server.admin(),
+                  {{"tenant", "acme"}, {"team", "ml"}, {"name", "zed"}, {"role", "root"}}),
+      422, "validation");
+  EXPECT_EQ(server.Get("/v1/whoami", ana).status, 200);
+}
+
+TEST(FleetServer, IdempotentSubmission) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  httplib::Headers key = {{"Idempotency-Key", "submit-1"}};
+  Reply first =
+      server.Send("POST", "/v1/jobs", admin, R"({"name": "idem", "command": ["true"], "tasks": 1})",
+                  "application/json", key);
+  ASSERT_EQ(first.status, 201) << first.raw;
+  EXPECT_EQ(first.Header("Idempotent-Replayed"), "");
+  // The same body, spelled differently: same canonical JSON, so a replay.
+  Reply replay = server.Send("POST", "/v1/jobs", admin,
+                             "{ \"tasks\": 1,\n \"command\": [\"true\"], \"name\": \"idem\" }",
+                             "application/json", key);
+  EXPECT_EQ(replay.status, 201) << replay.raw;
+  EXPECT_EQ(replay.raw, first.raw);
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replay.Header("Location"), first.Header("Location"));
+
+  Reply mismatch =
+      server.Send("POST", "/v1/jobs", admin, R"({"name": "idem", "command": ["false"]})",
+                  "application/json", key);
+  ExpectProblem(mismatch, 422, "idempotency-key-reuse");
+  EXPECT_EQ(server.CountJobs(), 1u);
+
+  // Keys are per user: another user's identical key creates its own job.
+  const std::string ana = server.CreateUser("default", "default", "ana", "user");
+  EXPECT_EQ(server
+                .Send("POST", "/v1/jobs", ana, R"({"name": "idem", "command": ["true"]})",
+                      "application/json", key)
+                .status,
+            201);
+  EXPECT_EQ(server.CountJobs(), 2u);
+}
+
+TEST(FleetServer, PaginationWithFilters) {
+  TestServer server([](ServerOptions& o) {
+    o.max_page_size = 5;
+    o.default_page_size = 2;
+  });
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  std::vector<int64_t> batch_p;
+  for (int i = 0; i < 7; ++i) {
+    json spec = SimpleJob("p" + std::to_string(i));
+    spec["labels"] = {{"batch", "p"}};
+    Reply reply = server.Post("/v1/jobs", admin, spec);
+    ASSERT_EQ(reply.status, 201);
+    batch_p.push_back(reply.body["id"].get<int64_t>());
+    json other = SimpleJob("q" + std::to_string(i));
+    other["labels"] = {{"batch", "q"}};
+    ASSERT_EQ(server.Post("/v1/jobs", admin, other).status, 201);
+  }
+  std::vector<int64_t> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    std::string path = "/v1/jobs?label=batch=p&page_size=3";
+    if (!token.empty()) path += "&page_token=" + token;
+    Reply page = server.Get(path, admin);
+    ASSERT_EQ(page.status, 200) << page.raw;
+    for (const json& job : page.body["jobs"]) {
+      EXPECT_EQ(job["spec"]["labels"]["batch"], "p");
+      seen.push_back(job["id"].get<int64_t>());
+    }
+    token = page.body["next_page_token"].is_null()
+                ? ""
+                : page.body["next_page_token"].get<std::string>();
+    ASSERT_LT(++pages, 10);
+  } while (!token.empty());
+  std::vector<int64_t> expected(batch_p.rbegin(), batch_p.rend());
+  EXPECT_EQ(seen, expected);  // newest first, every job once
+  EXPECT_EQ(pages, 3);
+
+  // Default page size, and a token used with another filter or mangled.
+  Reply first = server.Get("/v1/jobs", admin);
+  ASSERT_EQ(first.body["jobs"].size(), 2u);
+  const std::string next = first.body["next_page_token"].get<std::string>();
+  ExpectProblem(server.Get("/v1/jobs?label=batch=p&page_token=" + next, admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?page_token=garbage!", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?page_token=" + next.substr(0, next.size() - 4), admin), 400,
+                "bad-request");
+  EXPECT_EQ(server.Get("/v1/jobs?page_token=" + next, admin).status, 200);
+  ExpectProblem(server.Get("/v1/jobs?page_size=6", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?page_size=0", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?page_size=x", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?state=SLEEPING", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs?label=nokey", admin), 400, "bad-request");
+
+  // State filters, repeated or comma-separated.
+  ASSERT_EQ(server.Send("DELETE", "/v1/jobs/" + std::to_string(batch_p[0]), admin).status, 200);
+  ASSERT_EQ(server.Send("DELETE", "/v1/jobs/" + std::to_string(batch_p[1]), admin).status, 200);
+  Reply cancelled = server.Get("/v1/jobs?state=CANCELLED&label=batch=p", admin);
+  ASSERT_EQ(cancelled.status, 200);
+  EXPECT_EQ(cancelled.body["jobs"].size(), 2u);
+  Reply either = server.Get("/v1/jobs?state=CANCELLED,PENDING&page_size=5&label=batch=p", admin);
+  EXPECT_EQ(either.body["jobs"].size(), 5u);
+  Reply user_filter = server.Get("/v1/jobs?user=nobody", admin);
+  EXPECT_EQ(user_filter.body["jobs"].size(), 0u);
+}
+
+TEST(FleetServer, RateLimiting) {
+  TestServer server([](ServerOptions& o) {
+    o.rate_per_second = 0.01;  // one token per 100 s: the bucket does not refill during the test
+    o.rate_burst = 2;
+  });
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(server.Get("/v1/whoami", server.admin()).status, 200);
+  EXPECT_EQ(server.Get("/v1/jobs", server.admin()).status, 200);
+  Reply limited = server.Get("/v1/whoami", server.admin());
+  ExpectProblem(limited, 429, "rate-limited");
+  const std::string retry = limited.Header("Retry-After");
+  ASSERT_FALSE(retry.empty());
+  EXPECT_EQ(retry.find_first_not_of("0123456789"), std::string::npos);
+  EXPECT_GE(std::stoi(retry), 1);
+  ExpectProblem(server.Post("/v1/jobs", server.admin(), SimpleJob()), 429, "rate-limited");
+  // Health checks and the agent identity are not limited.
+  EXPECT_EQ(server.Get("/healthz", "").status, 200);
+  EXPECT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("n1", "T4", 1)).status, 200);
+}
+
+TEST(FleetServer, CancelIsIdempotent) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  Reply created = server.Post("/v1/jobs", admin, SimpleJob());
+  ASSERT_EQ(created.status, 201);
+  const std::string path = "/v1/jobs/" + std::to_string(created.body["id"].get<int64_t>());
+  Reply first = server.Send("DELETE", path, admin);
+  ASSERT_EQ(first.status, 200) << first.raw;
+  EXPECT_EQ(first.body["state"], "CANCELLED");
+  EXPECT_EQ(first.body["reason"], "CANCELLED_BY_USER");
+  Reply second = server.Send("POST", path + ":cancel", admin);
+  ASSERT_EQ(second.status, 200) << second.raw;
+  EXPECT_EQ(second.body["state"], "CANCELLED");
+  EXPECT_EQ(server.Send("DELETE", path, admin).status, 200);
+  ExpectProblem(server.Send("DELETE", "/v1/jobs/424242", admin), 404, "not-found");
+}
+
+// Registers a node, then syncs until the server hands out something to start.
+TEST(FleetServer, AgentLongPollGetsAssignmentAfterSubmit) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& agent = server.agent();
+  Reply registered = server.Post("/v1/agent/register", agent, GpuNode("gpu-a", "T4", 2));
+  ASSERT_EQ(registered.status, 200) << registered.raw;
+  EXPECT_EQ(registered.body["node"]["name"], "gpu-a");
+  EXPECT_EQ(registered.body["lease_ms"], 10000);
+  EXPECT_EQ(registered.body["node"]["gpus"].size(), 2u);
+
+  // A sync with nothing to do waits; the submission below ends the wait.
+  const json sync_body = {{"node", "gpu-a"}, {"instance", "gpu-a-i1"}, {"running", json::array()}};
+  std::atomic<bool> done{false};
+  Reply sync_reply;
+  std::thread poller([&] {
+    for (int i = 0; i < 6 && !done; ++i) {
+      Reply reply = server.Post("/v1/agent/sync?wait_ms=5000", agent, sync_body);
+      if (reply.status != 200 || !reply.body["start"].empty()) {
+        sync_reply = reply;
+        done = true;
+      }
+    }
+  });
+  json spec = SimpleJob("gpu-job");
+  spec["gpus_per_task"] = 2;
+  spec["gpu_models"] = {"T4"};
+  Reply created = server.Post("/v1/jobs", server.admin(), spec);
+  poller.join();
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const int64_t id = created.body["id"].get<int64_t>();
+  ASSERT_TRUE(done.load());
+  ASSERT_EQ(sync_reply.status, 200) << sync_reply.raw;
+  EXPECT_TRUE(sync_reply.body["registered"].get<bool>());
+  EXPECT_EQ(sync_reply.body["stop_grace_ms"], 10000);
+  ASSERT_EQ(sync_reply.body["start"].size(), 1u) << sync_reply.raw;
+  const json& assignment = sync_reply.body["start"][0];
+  EXPECT_EQ(assignment["job_id"], id);
+  EXPECT_EQ(assignment["task"], 0);
+  EXPECT_EQ(assignment["attempt"], 1);
+  EXPECT_EQ(assignment["gpu_indices"].size(), 2u);
+  EXPECT_EQ(assignment["gang_nodes"], json::array({"gpu-a"}));
+
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "ADMITTED");
+  Reply gpus = server.Get("/v1/gpus", server.admin());
+  ASSERT_EQ(gpus.body["gpus"].size(), 2u);
+  EXPECT_EQ(gpus.body["gpus"][0]["job_id"], id);
+  Reply pools = server.Get("/v1/pools", server.admin());
+  ASSERT_EQ(pools.body["pools"].size(), 1u);
+  EXPECT_EQ(pools.body["pools"][0]["gpus_free"], 0);
+
+  // A log follower waits for output; the agent's upload wakes it.
+  std::atomic<bool> followed{false};
+  Reply follow_reply;
+  std::thread follower([&] {
+    follow_reply = server.Get(path + "/logs?follow=1&wait_ms=20000", server.admin());
+    followed = true;
+  });
+  json running = {{"job_id", id}, {"task", 0}, {"attempt", 1}};
+  json started = sync_body;
+  started["running"] = {running};
+  started["reports"] = {{{"job_id", id}, {"task", 0}, {"attempt", 1}, {"kind", "started"}}};
+  EXPECT_EQ(server.Post("/v1/agent/sync", agent, started).status, 200);
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "RUNNING");
+  Reply logged = server.Post("/v1/agent/logs", agent,
+                             {{"node", "gpu-a"},
+                              {"job_id", id},
+                              {"attempt", 1},
+                              {"task", 0},
+                              {"stream", "stdout"},
+                              {"data", "epoch 1\n"}});
+  follower.join();
+  EXPECT_EQ(logged.status, 204) << logged.raw;
+  ASSERT_TRUE(followed.load());
+  ASSERT_EQ(follow_reply.status, 200) << follow_reply.raw;
+  ASSERT_EQ(follow_reply.body["chunks"].size(), 1u) << follow_reply.raw;
+  EXPECT_EQ(follow_reply.body["chunks"][0]["data"], "epoch 1\n");
+  EXPECT_FALSE(follow_reply.body["finished"].get<bool>());
+
+  json exited = sync_body;
+  exited["reports"] = {
+      {{"job_id", id}, {"task", 0}, {"attempt", 1}, {"kind", "exited"}, {"exit_code", 0}}};
+  ASSERT_EQ(server.Post("/v1/agent/sync", agent, exited).status, 200);
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "SUCCEEDED");
+  Reply logs = server.Get(path + "/logs", server.admin());
+  ASSERT_EQ(logs.status, 200);
+  EXPECT_TRUE(logs.body["finished"].get<bool>());
+  EXPECT_EQ(logs.body["next_after"], logs.body["chunks"][0]["seq"]);
+
+  // Bad agent bodies are refused field by field.
+  Reply bad = server.Post("/v1/agent/sync", agent, {{"node", "gpu-a"}, {"reports", 3}});
+  ExpectProblem(bad, 422, "validation");
+  ExpectProblem(server.Post("/v1/agent/logs", agent, {{"node", "gpu-a"}}), 422, "validation");
+  Reply unknown_node = server.Post("/v1/agent/sync", agent, {{"node", "ghost"}, {"instance", "x"}});
+  ASSERT_EQ(unknown_node.status, 200) << unknown_node.raw;
+  EXPECT_FALSE(unknown_node.body["registered"].get<bool>());
+}
+
+TEST(FleetServer, UnsatisfiableGangIsRefused) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  // Without nodes nothing can be judged: accepted.
+  json big = SimpleJob("big");
+  big["gpus_per_task"] = 8;
+  ASSERT_EQ(server.Post("/v1/jobs", server.admin(), big).status, 201);
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-a", "T4", 2)).status,
+            200);
+  const size_t before = server.CountJobs();
+  ExpectProblem(server.Post("/v1/jobs", server.admin(), big), 422, "unsatisfiable");
+  json wrong_model = SimpleJob("model");
+  wrong_model["gpus_per_task"] = 1;
+  wrong_model["gpu_models"] = {"H200"};
+  ExpectProblem(server.Post("/v1/jobs", server.admin(), wrong_model), 422, "unsatisfiable");
+  EXPECT_EQ(server.CountJobs(), before);
+  json fits = SimpleJob("fits");
+  fits["gpus_per_task"] = 2;
+  EXPECT_EQ(server.Post("/v1/jobs", server.admin(), fits).status, 201);
+}
+
+TEST(FleetServer, DrainStopsPlacement) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-d", "A100", 1)).status,
+            200);
+  Reply drained = server.Post("/v1/nodes/gpu-d:drain", admin, json::object());
+  ASSERT_EQ(drained.status, 200) << drained.raw;
+  EXPECT_TRUE(drained.body["drain"].get<bool>());
+  ExpectProblem(server.Post("/v1/nodes/ghost:drain", admin, json::object()), 404, "not-found");
+  ExpectProblem(server.Get("/v1/nodes/gpu-d:drain", admin), 405, "method-not-allowed");
+
+  json spec = SimpleJob("waits");
+  spec["gpus_per_task"] = 1;
+  Reply created = server.Post("/v1/jobs", admin, spec);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string path = "/v1/jobs/" + std::to_string(created.body["id"].get<int64_t>());
+  // The scheduler looked at it (the reason changed) and left it pending.
+  json job;
+  ASSERT_TRUE(WaitFor([&] {
+    job = server.Get(path, admin).body;
+    return job.is_object() && job["reason"] != "SUBMITTED";
+  }));
+  EXPECT_EQ(job["state"], "PENDING");
+  EXPECT_EQ(job["reason"], "NO_CAPACITY");
+
+  Reply undrained = server.Post("/v1/nodes/gpu-d:undrain", admin, json::object());
+  ASSERT_EQ(undrained.status, 200);
+  EXPECT_FALSE(undrained.body["drain"].get<bool>());
+  ASSERT_TRUE(WaitFor([&] {
+    job = server.Get(path, admin).body;
+    return job.is_object() && job["state"] == "ADMITTED";
+  }));
+  Reply nodes = server.Get("/v1/nodes", admin);
+  ASSERT_EQ(nodes.body["nodes"].size(), 1u);
+  EXPECT_EQ(nodes.body["nodes"][0]["state"], "READY");
+  EXPECT_EQ(server.Get("/v1/nodes/gpu-d", admin).body["name"], "gpu-d");
+}
+
+// Syncs as `node` (running `running`) until the answer says to stop `ref`.
+bool SyncUntilStopped(const TestServer& server, const std::string& node, const json& ref) {
+  const json body = {{"node", node}, {"instance", node + "-i1"}, {"running", {ref}}};
+  for (int i = 0; i < 8; ++i) {
+    Reply reply = server.Post("/v1/agent/sync?wait_ms=3000", server.agent(), body);
+    if (reply.status != 200) return false;
+    for (const json& stop : reply.body["stop"]) {
+      if (stop == ref) return true;
+    }
+  }
+  return false;
+}
+
+// Places a one-GPU job on `node` and reports it started; returns its task ref.
+json StartJob(const TestServer& server, const std::string& node, json spec) {
+  spec["gpus_per_task"] = 1;
+  Reply created = server.Post("/v1/jobs", server.admin(), spec);
+  EXPECT_EQ(created.status, 201) << created.raw;
+  if (created.status != 201) return json();
+  const int64_t id = created.body["id"].get<int64_t>();
+  const json ref = {{"job_id", id}, {"task", 0}, {"attempt", 1}};
+  json body = {{"node", node}, {"instance", node + "-i1"}};
+  bool assigned = false;
+  for (int i = 0; i < 8 && !assigned; ++i) {
+    Reply reply = server.Post("/v1/agent/sync?wait_ms=3000", server.agent(), body);
+    for (const json& start : reply.body["start"]) assigned = assigned || start["job_id"] == id;
+  }
+  EXPECT_TRUE(assigned);
+  body["running"] = {ref};
+  body["reports"] = {{{"job_id", id}, {"task", 0}, {"attempt", 1}, {"kind", "started"}}};
+  EXPECT_EQ(server.Post("/v1/agent/sync", server.agent(), body).status, 200);
+  return ref;
+}
+
+TEST(FleetServer, CancelAndTimeoutTellTheAgentToStop) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-s", "L4", 2)).status,
+            200);
+  const json cancelled = StartJob(server, "gpu-s", SimpleJob("to-cancel"));
+  ASSERT_TRUE(cancelled.is_object());
+  const std::string path = "/v1/jobs/" + std::to_string(cancelled["job_id"].get<int64_t>());
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "RUNNING");
+  std::atomic<bool> stopped{false};
+  std::thread poller([&] { stopped = SyncUntilStopped(server, "gpu-s", cancelled); });
+  Reply cancel = server.Send("DELETE", path, server.admin());
+  poller.join();
+  EXPECT_EQ(cancel.status, 200) << cancel.raw;
+  EXPECT_TRUE(stopped.load());
+
+  json spec = SimpleJob("overruns");
+  spec["max_runtime_seconds"] = 1;
+  const json timed = StartJob(server, "gpu-s", spec);
+  ASSERT_TRUE(timed.is_object());
+  EXPECT_TRUE(SyncUntilStopped(server, "gpu-s", timed));
+  Reply job =
+      server.Get("/v1/jobs/" + std::to_string(timed["job_id"].get<int64_t>()), server.admin());
+  EXPECT_EQ(job.body["state"], "TIMEOUT");
+  EXPECT_EQ(job.body["reason"], "MAX_RUNTIME_EXCEEDED");
+}
+
+TEST(FleetServer, SilentNodeIsLost) {
+  TestServer server([](ServerOptions& o) { o.lease_ms = 200; });
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-l", "L4", 1)).status,
+            200);
+  EXPECT_TRUE(WaitFor([&] {
+    return server.Get("/v1/nodes/gpu-l", server.admin()).body.value("state", "") == "LOST";
+  }));
+  // Its next sync is told to register again.
+  Reply sync =
+      server.Post("/v1/agent/sync", server.agent(), {{"node", "gpu-l"}, {"instance", "gpu-l-i1"}});
+  ASSERT_EQ(sync.status, 200) << sync.raw;
+  EXPECT_FALSE(sync.body["registered"].get<bool>());
+}
+
+TEST(FleetServer, StopsPromptlyWithLongPollsOpen) {
+  auto server = std::make_unique<TestServer>();
+  ASSERT_TRUE(server->ok());
+  ASSERT_EQ(server->Post("/v1/agent/register", server->agent(), GpuNode("n", "T4", 1)).status, 200);
+  Reply reply;
+  std::thread poller([&] {
+    reply = server->Post("/v1/agent/sync?wait_ms=5000", server->agent(),
+                         {{"node", "n"}, {"instance", "n-i1"}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_OK(server->Stop());
+  poller.join();
+  EXPECT_TRUE(reply.status == 200 || reply.status == 0);
+}
+
+TEST(FleetServer, StopsOnSigterm) {
+  std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  ServerOptions options;
+  options.store_url = "sqlite:" + pattern + "/fleet.db";
+  options.port = 0;
+  options.port_file = pattern + "/port";
+  options.data_dir = pattern;
+  std::atomic<bool> finished{false};
+  Status status = Status::UnknownError("not finished");
+  std::thread runner([&] {
+    status = RunServer(options, nullptr, /*handle_signals=*/true);
+    finished = true;
+  });
+  const bool listening =
+      WaitFor([&] { return finished.load() || !ReadFile(options.port_file).empty(); });
+  // The handler is installed before the port file appears.
+  if (listening && !finished.load()) ::kill(::getpid(), SIGTERM);
+  runner.join();
+  EXPECT_TRUE(listening);
+  ASSERT_OK(status);
+  fs::remove_all(pattern);
+}
+
+TEST(FleetServer, RefusesBadOptions) {
+  ServerOptions bad;
+  bad.threads = 0;
+  EXPECT_FALSE(RunServer(bad, nullptr, false).ok());
+  bad = ServerOptions();
+  bad.default_page_size = 900;
+  EXPECT_FALSE(RunServer(bad, nullptr, false).ok());
+  bad = ServerOptions();
+  bad.store_url = "nosuchscheme:x";
+  EXPECT_FALSE(RunServer(bad, nullptr, false).ok());
+}
+
+}  // namespace
+}  // namespace ferry::fleet

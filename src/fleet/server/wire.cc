@@ -1,0 +1,305 @@
+#include "fleet/server/wire.h"
+
+#include <initializer_list>
+#include <set>
+#include <string_view>
+
+#include "fleet/server/server_internal.h"
+
+namespace ferry::fleet::server_internal {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxItems = 100'000;
+
+// Reads typed members of one JSON object, recording an error per bad member.
+class FieldReader {
+ public:
+  FieldReader(const json& object, std::string prefix, std::vector<FieldError>* errors)
+      : object_(object), prefix_(std::move(prefix)), errors_(errors) {}
+
+  void RejectUnknown(std::initializer_list<std::string_view> known) {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      bool found = false;
+      for (std::string_view name : known) found = found || it.key() == name;
+      if (!found) Fail(it.key(), "unknown field");
+    }
+  }
+
+  const json* Member(const char* key, bool required) {
+    auto it = object_.find(key);
+    if (it == object_.end() || (it->is_null() && !required)) {
+      if (required) Fail(key, "is required");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  std::optional<std::string> String(const char* key, bool required, size_t min_len,
+                                    size_t max_len) {
+    const json* value = Member(key, required);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_string()) return Fail(key, "must be a string"), std::nullopt;
+    const auto& text = value->get_ref<const std::string&>();
+    if (text.size() < min_len || text.size() > max_len) {
+      return Fail(key, "must be " + std::to_string(min_len) + " to " + std::to_string(max_len) +
+                           " characters"),
+             std::nullopt;
+    }
+    return text;
+  }
+
+  std::optional<std::string> Name(const char* key, bool required) {
+    const json* value = Member(key, required);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_string() || !ValidName(value->get_ref<const std::string&>())) {
+      return Fail(key, "must be 1 to 128 characters of A-Z a-z 0-9 . _ - (not starting with .)"),
+             std::nullopt;
+    }
+    return value->get<std::string>();
+  }
+
+  std::optional<int64_t> Int(const char* key, bool required, int64_t min, int64_t max) {
+    const json* value = Member(key, required);
+    if (value == nullptr) return std::nullopt;
+    bool in_range = false;
+    int64_t number = 0;
+    if (value->is_number_unsigned()) {
+      const uint64_t raw = value->get<uint64_t>();
+      in_range = raw <= static_cast<uint64_t>(max) && static_cast<int64_t>(raw) >= min;
+      number = static_cast<int64_t>(raw);
+    } else if (value->is_number_integer()) {
+      number = value->get<int64_t>();
+      in_range = number >= min && number <= max;
+    } else {
+      return Fail(key, "must be an integer"), std::nullopt;
+    }
+    if (!in_range) {
+      return Fail(key, "must be an integer between " + std::to_string(min) + " and " +
+                           std::to_string(max)),
+             std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<double> Number(const char* key, bool required, double min, double max) {
+    const json* value = Member(key, required);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number()) return Fail(key, "must be a number"), std::nullopt;
+    const double number = value->get<double>();
+    if (!(number >= min && number <= max)) {
+      return Fail(key, "must be a number between " + std::to_string(min) + " and " +
+                           std::to_string(max)),
+             std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<std::map<std::string, std::string>> StringMap(const char* key) {
+    const json* value = Member(key, false);
+    if (value == nullptr) return std::map<std::string, std::string>{};
+    if (!value->is_object()) return Fail(key, "must be an object of strings"), std::nullopt;
+    std::map<std::string, std::string> out;
+    bool ok = true;
+    for (auto it = value->begin(); it != value->end(); ++it) {
+      const std::string field = std::string(key) + "." + it.key();
+      if (it.key().empty() || it.key().size() > 128) {
+        ok = false;
+        Fail(field, "keys must be 1 to 128 characters");
+      } else if (!it->is_string() || it->get_ref<const std::string&>().size() > 4096) {
+        ok = false;
+        Fail(field, "must be a string of at most 4096 characters");
+      } else {
+        out[it.key()] = it->get<std::string>();
+      }
+    }
+    if (!ok) return std::nullopt;
+    return out;
+  }
+
+  const json* Array(const char* key, size_t max_items) {
+    const json* value = Member(key, false);
+    if (value == nullptr) return nullptr;
+    if (!value->is_array()) return Fail(key, "must be an array"), nullptr;
+    if (value->size() > max_items) {
+      return Fail(key, "must hold at most " + std::to_string(max_items) + " items"), nullptr;
+    }
+    return value;
+  }
+
+  void Fail(std::string_view key, std::string detail) {
+    errors_->push_back({prefix_ + std::string(key), std::move(detail)});
+  }
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  const json& object_;
+  std::string prefix_;
+  std::vector<FieldError>* errors_;
+};
+
+bool CheckObject(const json& value, const std::string& field, std::vector<FieldError>* errors) {
+  if (value.is_object()) return true;
+  errors->push_back({field.empty() ? std::string("(body)") : field, "must be an object"});
+  return false;
+}
+
+std::optional<TaskRef> ParseTaskRef(FieldReader& reader) {
+  auto job_id = reader.Int("job_id", true, 1, INT64_MAX);
+  auto task = reader.Int("task", true, 0, JobSpec::kMaxTasks - 1);
+  auto attempt = reader.Int("attempt", true, 1, INT32_MAX);
+  if (!job_id || !task || !attempt) return std::nullopt;
+  return TaskRef{*job_id, static_cast<int>(*task), static_cast<int>(*attempt)};
+}
+
+}  // namespace
+
+std::optional<NodeRegistration> ParseNodeRegistration(const json& body,
+                                                      std::vector<FieldError>* errors) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown({"name", "pool", "labels", "cpus", "memory_mb", "instance", "gpus"});
+  NodeRegistration out;
+  out.name = reader.Name("name", true).value_or("");
+  out.pool = reader.Name("pool", false).value_or("default");
+  out.labels = reader.StringMap("labels").value_or(std::map<std::string, std::string>{});
+  out.cpus = reader.Number("cpus", false, 0, 1e6).value_or(0);
+  out.memory_mb = reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
+  out.instance = reader.String("instance", true, 1, 128).value_or("");
+  if (const json* gpus = reader.Array("gpus", 1024)) {
+    std::set<int> indices;
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      const std::string field = "gpus[" + std::to_string(i) + "]";
+      if (!CheckObject((*gpus)[i], field, errors)) continue;
+      FieldReader gpu_reader((*gpus)[i], field + ".", errors);
+      gpu_reader.RejectUnknown({"index", "model", "memory_mb", "uuid"});
+      GpuInventory gpu;
+      auto index = gpu_reader.Int("index", true, 0, 1023);
+      gpu.model = gpu_reader.String("model", true, 1, 128).value_or("");
+      gpu.memory_mb = gpu_reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
+      gpu.uuid = gpu_reader.String("uuid", false, 0, 256).value_or("");
+      if (!index) continue;
+      gpu.index = static_cast<int>(*index);
+      if (!indices.insert(gpu.index).second) {
+        gpu_reader.Fail("index", "duplicate GPU index " + std::to_string(gpu.index));
+        continue;
+      }
+      if (gpu.uuid.empty()) gpu.uuid = out.name + "-gpu" + std::to_string(gpu.index);
+      out.gpus.push_back(std::move(gpu));
+    }
+  }
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
+std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
+                                            std::vector<FieldError>* errors) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown({"node", "instance", "running", "reports"});
+  SyncRequest out;
+  out.now_ms = now_ms;
+  out.node = reader.Name("node", true).value_or("");
+  out.instance = reader.String("instance", true, 1, 128).value_or("");
+  if (const json* running = reader.Array("running", kMaxItems)) {
+    for (size_t i = 0; i < running->size(); ++i) {
+      const std::string field = "running[" + std::to_string(i) + "]";
+      if (!CheckObject((*running)[i], field, errors)) continue;
+      FieldReader ref_reader((*running)[i], field + ".", errors);
+      ref_reader.RejectUnknown({"job_id", "task", "attempt"});
+      if (auto ref = ParseTaskRef(ref_reader)) out.running.push_back(*ref);
+    }
+  }
+  if (const json* reports = reader.Array("reports", kMaxItems)) {
+    for (size_t i = 0; i < reports->size(); ++i) {
+      const std::string field = "reports[" + std::to_string(i) + "]";
+      if (!CheckObject((*reports)[i], field, errors)) continue;
+      FieldReader report_reader((*reports)[i], field + ".", errors);
+      report_reader.RejectUnknown(
+          {"job_id", "task", "attempt", "kind", "exit_code", "signal", "message", "at_ms"});
+      TaskReport report;
+      auto ref = ParseTaskRef(report_reader);
+      auto kind = report_reader.String("kind", true, 1, 32);
+      if (kind) {
+        if (*kind == "started") {
+          report.kind = TaskReport::Kind::kStarted;
+        } else if (*kind == "exited") {
+          report.kind = TaskReport::Kind::kExited;
+        } else if (*kind == "launch_failed") {
+          report.kind = TaskReport::Kind::kLaunchFailed;
+        } else {
+          report_reader.Fail("kind", "must be \"started\", \"exited\" or \"launch_failed\"");
+        }
+      }
+      if (auto code = report_reader.Int("exit_code", false, -255, 255)) {
+        report.exit_code = static_cast<int>(*code);
+      }
+      if (auto signal = report_reader.Int("signal", false, 1, 128)) {
+        report.signal = static_cast<int>(*signal);
+      }
+      report.message = report_reader.String("message", false, 0, 4096).value_or("");
+      report.at_ms = report_reader.Int("at_ms", false, 0, INT64_MAX / 2).value_or(now_ms);
+      if (report.at_ms == 0) report.at_ms = now_ms;
+      if (ref) report.ref = *ref;
+      out.reports.push_back(std::move(report));
+    }
+  }
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
+std::optional<AgentLogUpload> ParseAgentLogUpload(const json& body,
+                                                  std::vector<FieldError>* errors) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown({"node", "job_id", "attempt", "task", "stream", "data"});
+  AgentLogUpload out;
+  out.node = reader.Name("node", true).value_or("");
+  out.job_id = reader.Int("job_id", true, 1, INT64_MAX).value_or(0);
+  out.attempt = static_cast<int>(reader.Int("attempt", true, 1, INT32_MAX).value_or(0));
+  out.task = static_cast<int>(reader.Int("task", true, 0, JobSpec::kMaxTasks - 1).value_or(0));
+  out.stream = reader.String("stream", true, 1, 16).value_or("");
+  if (!out.stream.empty() && out.stream != "stdout" && out.stream != "stderr") {
+    reader.Fail("stream", "must be \"stdout\" or \"stderr\"");
+  }
+  out.data = reader.String("data", true, 0, SIZE_MAX).value_or("");
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
+std::optional<CreateUserRequest> ParseCreateUserRequest(const json& body,
+                                                        std::vector<FieldError>* errors) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown({"tenant", "team", "name", "role"});
+  CreateUserRequest out;
+  out.tenant = reader.Name("tenant", true).value_or("");
+  out.team = reader.Name("team", true).value_or("");
+  out.name = reader.Name("name", true).value_or("");
+  if (auto role = reader.String("role", true, 1, 32)) {
+    if (auto parsed = ParseRole(*role)) {
+      out.role = *parsed;
+    } else {
+      reader.Fail("role", "must be \"user\", \"team_admin\", \"platform_admin\" or \"agent\"");
+    }
+  }
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
+json FieldErrorJson(const FieldError& error) {
+  return {{"field", error.field}, {"detail", error.detail}};
+}
+
+json TaskRefJson(const TaskRef& ref) {
+  return {{"job_id", ref.job_id}, {"task", ref.task}, {"attempt", ref.attempt}};
+}
+
+}  // namespace ferry::fleet::server_internal

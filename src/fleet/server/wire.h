@@ -1,0 +1,48 @@
+// Strict parsers for the request bodies the server reads besides job specs
+// (those are model_json.h's ParseJobSpec): agent registration, sync and log
+// uploads, and user creation. Unknown fields, wrong types and out-of-range
+// values are collected as FieldErrors, every one of them, never thrown.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/fleet/model.h"
+#include "ferry/fleet/model_json.h"
+#include "ferry/fleet/store.h"
+
+namespace ferry::fleet::server_internal {
+
+struct AgentLogUpload {
+  std::string node;
+  int64_t job_id = 0;
+  int attempt = 0;
+  int task = 0;
+  std::string stream;
+  std::string data;
+};
+
+struct CreateUserRequest {
+  std::string tenant;
+  std::string team;
+  std::string name;
+  Role role = Role::kUser;
+};
+
+// Each returns nullopt and fills `errors` when the body breaks a rule.
+// `now_ms` fills report times the agent left out.
+std::optional<NodeRegistration> ParseNodeRegistration(const nlohmann::json& body,
+                                                      std::vector<FieldError>* errors);
+std::optional<SyncRequest> ParseSyncRequest(const nlohmann::json& body, int64_t now_ms,
+                                            std::vector<FieldError>* errors);
+std::optional<AgentLogUpload> ParseAgentLogUpload(const nlohmann::json& body,
+                                                  std::vector<FieldError>* errors);
+std::optional<CreateUserRequest> ParseCreateUserRequest(const nlohmann::json& body,
+                                                        std::vector<FieldError>* errors);
+
+nlohmann::json FieldErrorJson(const FieldError& error);
+nlohmann::json TaskRefJson(const TaskRef& ref);
+
+}  // namespace ferry::fleet::server_internal
