@@ -778,16 +778,19 @@ Result<DeviceArray> ImportDeviceArray(ArrowDeviceArray* array, const TypePtr& ty
     }
   }
   if (type == nullptr) return reject("no type to import the array as");
-  const std::string label = DeviceLabel(*device_type, device_id);
+  // Built only for error messages: the success path allocates no strings.
+  auto label = [&] { return DeviceLabel(*device_type, device_id); };
   Result<Device*> found = DeviceRegistry::Global().Get(*device_type, device_id);
   if (!found.ok()) {
-    return found.status().WithPrefix(where + "the array's device, " + label +
+    return found.status().WithPrefix(where + "the array's device, " + label() +
                                      ", is not available: ");
   }
   Device* device = *found;
-  FERRY_RETURN_NOT_OK(device->CheckHealth().WithPrefix(where + label + " is not usable: "));
+  if (Status health = device->CheckHealth(); !health.ok()) {
+    return health.WithPrefix(where + label() + " is not usable: ");
+  }
   if (sync_event != nullptr && device->event_kind() == EventKind::kNone) {
-    return reject("sync_event is set, but " + label +
+    return reject("sync_event is set, but " + label() +
                   " arrays carry no event (sync_event must be NULL)");
   }
   if (options.queue != nullptr) {
@@ -797,7 +800,7 @@ Result<DeviceArray> ImportDeviceArray(ArrowDeviceArray* array, const TypePtr& ty
       return Status::Invalid(
           where + "options.queue belongs to " +
           (queue_device ? DeviceLabel(*queue_device) : std::string("no device")) +
-          ", but the array is on " + label);
+          ", but the array is on " + label());
     }
   }
 
@@ -806,13 +809,12 @@ Result<DeviceArray> ImportDeviceArray(ArrowDeviceArray* array, const TypePtr& ty
   const bool device_side = options.queue != nullptr && !device->host_accessible();
   if (sync_event != nullptr) {
     if (device_side) {
-      FERRY_RETURN_NOT_OK(
-          options.queue->WaitEvent(sync_event)
-              .WithPrefix(where + "device-side wait on the producer's sync event failed: "));
-    } else {
-      FERRY_RETURN_NOT_OK(device->HostWait(sync_event, options.timeout)
-                              .WithPrefix(where + "host wait on the producer's sync event of " +
-                                          label + " failed: "));
+      if (Status waited = options.queue->WaitEvent(sync_event); !waited.ok()) {
+        return waited.WithPrefix(where + "device-side wait on the producer's sync event failed: ");
+      }
+    } else if (Status waited = device->HostWait(sync_event, options.timeout); !waited.ok()) {
+      return waited.WithPrefix(where + "host wait on the producer's sync event of " + label() +
+                               " failed: ");
     }
   }
 
@@ -823,7 +825,7 @@ Result<DeviceArray> ImportDeviceArray(ArrowDeviceArray* array, const TypePtr& ty
   };
   Result<ArrayDataPtr> data = ferry::internal::ImportHeldArray(
       holder, type, device->host_accessible() ? nullptr : &device_reader);
-  if (!data.ok()) return data.status().WithPrefix(where + label + ": ");
+  if (!data.ok()) return data.status().WithPrefix(where + label() + ": ");
   DeviceArray out{data.MoveValueUnsafe(), device, nullptr};
   if (sync_event != nullptr && device_side) {
     out.event = std::make_shared<ForeignEvent>(device, sync_event, holder);

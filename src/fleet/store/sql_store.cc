@@ -178,6 +178,55 @@ Result<std::vector<TaskPlacement>> LoadPlacement(Connection& c, int64_t job_id, 
   return out;
 }
 
+// The current attempt's placement of several jobs in two queries (a list
+// page), instead of two per job.
+Status LoadPlacements(Connection& c, std::vector<Job>* jobs) {
+  Params ids;
+  std::map<int64_t, Job*> by_id;
+  for (Job& job : *jobs) {
+    // A pending job of attempt 1 was never placed; later attempts may have
+    // been, but only the current attempt's placement is shown.
+    if (job.state == JobState::kPending) continue;
+    ids.emplace_back(job.id);
+    by_id[job.id] = &job;
+  }
+  if (ids.empty()) return Status::OK();
+  const std::string in = "(" + Placeholders(ids.size()) + ")";
+  FERRY_ASSIGN_OR_RAISE(
+      Rows tasks,
+      c.Query("SELECT t.job_id, t.task, t.node_id, n.name FROM tasks t"
+              " JOIN nodes n ON n.id = t.node_id"
+              " JOIN jobs j ON j.id = t.job_id AND j.attempt = t.attempt"
+              " WHERE t.job_id IN " + in + " ORDER BY t.job_id, t.task",
+              ids));
+  std::map<std::pair<int64_t, int>, TaskPlacement*> by_task;
+  for (const Row& row : tasks.rows) {
+    Job* job = by_id[row.Int(0)];
+    TaskPlacement placement;
+    placement.task = static_cast<int>(row.Int(1));
+    placement.node_id = row.Int(2);
+    placement.node = row.Text(3);
+    job->placement.push_back(std::move(placement));
+  }
+  for (auto& [id, job] : by_id) {
+    for (TaskPlacement& placement : job->placement) by_task[{id, placement.task}] = &placement;
+  }
+  FERRY_ASSIGN_OR_RAISE(
+      Rows gpus,
+      c.Query("SELECT a.job_id, a.task, a.gpu_id, g.idx FROM allocations a"
+              " JOIN gpus g ON g.id = a.gpu_id"
+              " JOIN jobs j ON j.id = a.job_id AND j.attempt = a.attempt"
+              " WHERE a.job_id IN " + in + " ORDER BY a.job_id, a.task, g.idx",
+              ids));
+  for (const Row& row : gpus.rows) {
+    auto it = by_task.find({row.Int(0), static_cast<int>(row.Int(1))});
+    if (it == by_task.end()) continue;
+    it->second->gpu_ids.push_back(row.Int(2));
+    it->second->gpu_indices.push_back(static_cast<int>(row.Int(3)));
+  }
+  return Status::OK();
+}
+
 Result<std::optional<Job>> LoadJob(Connection& c, const Scope& scope, int64_t job_id,
                                    bool with_attempts) {
   std::string q = std::string(kJobSelect) + " WHERE j.id = ?";
@@ -650,9 +699,9 @@ class SqlStore final : public Store {
       FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query(q, params));
       for (size_t i = 0; i < rows.size() && i < static_cast<size_t>(limit); ++i) {
         FERRY_ASSIGN_OR_RAISE(Job job, JobFromRow(rows[i], &spec_cache_));
-        FERRY_ASSIGN_OR_RAISE(job.placement, LoadPlacement(c, job.id, job.attempt));
         page.jobs.push_back(std::move(job));
       }
+      FERRY_RETURN_NOT_OK(LoadPlacements(c, &page.jobs));
       if (rows.size() > static_cast<size_t>(limit)) page.next_before_id = page.jobs.back().id;
       return Status::OK();
     }));

@@ -625,6 +625,19 @@ TEST_P(StoreTest, ScheduleCommitConflictsAndPendingReasons) {
   EXPECT_EQ(Get(a.id).state, JobState::kPending);
   Job gc = Get(c.id);
   EXPECT_EQ(gc.reason, reason::kNoCapacity);
+  // A list page carries the same placements (loaded for the page at once).
+  ASSERT_OK_AND_ASSIGN(JobPage listed, store_->ListJobs(Scope::All(), {}, std::nullopt, 10));
+  ASSERT_EQ(listed.jobs.size(), 3u);
+  for (const Job& job : listed.jobs) {
+    if (job.id != b.id) {
+      EXPECT_TRUE(job.placement.empty()) << job.id;
+      continue;
+    }
+    ASSERT_EQ(job.placement.size(), 1u);
+    EXPECT_EQ(job.placement[0].node, "gpu-a");
+    EXPECT_EQ(job.placement[0].gpu_indices, (std::vector<int>{0, 1}));
+    EXPECT_EQ(job.placement[0].gpu_ids, gb.placement[0].gpu_ids);
+  }
 
   // The same reason again writes no second event.
   ASSERT_OK(store_->CommitPlacements(
