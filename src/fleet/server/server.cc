@@ -1207,6 +1207,10 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   };
   http_.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
   http_.set_keep_alive_timeout(2);
+  // httplib closes a kept-alive connection after 5 requests by default, and
+  // its listen backlog is 5: busy clients then reconnect all the time and a
+  // dropped SYN costs them a 1 s retransmit. Keep connections open instead.
+  http_.set_keep_alive_max_count(100'000);
   // Without it a keep-alive response waits ~40 ms for the client's delayed ACK (Nagle).
   http_.set_tcp_nodelay(true);
   http_.set_read_timeout(10, 0);
