@@ -101,6 +101,32 @@ inline std::vector<std::string> Split(std::string_view text) {
   return parts;
 }
 
+// Parses the flags the latency benchmarks share (--json=PATH, --modes=a,b,
+// --sizes=8,64,..., --timeout=SECONDS, --quick) into an options struct with
+// those members. False when `arg` is none of them.
+template <typename Options>
+bool ParseCommonFlag(std::string_view arg, Options* options) {
+  auto value = [&](std::string_view prefix) -> std::optional<std::string_view> {
+    if (arg.substr(0, prefix.size()) != prefix) return std::nullopt;
+    return arg.substr(prefix.size());
+  };
+  if (auto path = value("--json=")) {
+    options->json_path = std::string(*path);
+  } else if (auto modes = value("--modes=")) {
+    options->modes = Split(*modes);
+  } else if (auto sizes = value("--sizes=")) {
+    options->sizes.clear();
+    for (const auto& size : Split(*sizes)) options->sizes.push_back(std::stoll(size));
+  } else if (auto timeout = value("--timeout=")) {
+    options->timeout_seconds = std::stoi(std::string(*timeout));
+  } else if (arg == "--quick") {
+    options->quick = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // The cores of FERRY_BENCH_CPUS ("sender,receiver"; default "0,1", "" = let
 // the scheduler place them), as bench/transport/common.py reads it.
 inline std::optional<std::pair<int, int>> CpuPair() {

@@ -428,23 +428,10 @@ Options ParseOptions(int argc, char** argv) {
   options.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string_view arg = argv[i];
-    auto value = [&](std::string_view prefix) -> std::optional<std::string_view> {
-      if (arg.substr(0, prefix.size()) != prefix) return std::nullopt;
-      return arg.substr(prefix.size());
-    };
-    if (auto path = value("--json=")) {
-      options.json_path = std::string(*path);
-    } else if (auto lib = value("--operator=")) {
-      options.operator_path = std::string(*lib);
-    } else if (auto modes = value("--modes=")) {
-      options.modes = Split(*modes);
-    } else if (auto sizes = value("--sizes=")) {
-      options.sizes.clear();
-      for (const auto& size : Split(*sizes)) options.sizes.push_back(std::stoll(size));
-    } else if (auto timeout = value("--timeout=")) {
-      options.timeout_seconds = std::stoi(std::string(*timeout));
-    } else if (arg == "--quick") {
-      options.quick = true;
+    constexpr std::string_view kOperator = "--operator=";
+    if (ParseCommonFlag(arg, &options)) continue;
+    if (arg.substr(0, kOperator.size()) == kOperator) {
+      options.operator_path = std::string(arg.substr(kOperator.size()));
     } else {
       Usage(argv[0]);
     }

@@ -284,22 +284,7 @@ Options ParseOptions(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    auto value = [&](std::string_view prefix) -> std::optional<std::string_view> {
-      if (arg.substr(0, prefix.size()) != prefix) return std::nullopt;
-      return arg.substr(prefix.size());
-    };
-    if (auto path = value("--json=")) {
-      options.json_path = std::string(*path);
-    } else if (auto modes = value("--modes=")) {
-      options.modes = Split(*modes);
-    } else if (auto sizes = value("--sizes=")) {
-      options.sizes.clear();
-      for (const auto& size : Split(*sizes)) options.sizes.push_back(std::stoll(size));
-    } else if (auto timeout = value("--timeout=")) {
-      options.timeout_seconds = std::stoi(std::string(*timeout));
-    } else if (arg == "--quick") {
-      options.quick = true;
-    } else {
+    if (!ParseCommonFlag(arg, &options)) {
       std::fprintf(stderr,
                    "usage: %s [--json=PATH] [--modes=futex,busy] [--sizes=8,64,...] [--quick] "
                    "[--timeout=SECONDS]\n",
