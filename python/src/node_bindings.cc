@@ -103,13 +103,70 @@ void DestroyArrayCapsule(PyObject* capsule) {
   delete array;
 }
 
+// pyarrow's type (for arrays) or schema (for batches) of the last few Ferry
+// types seen: a stream's events share one, and importing it into pyarrow on
+// every event costs more than the rest of the import. Used with the GIL held.
+class PyArrowTypeCache {
+ public:
+  static constexpr size_t kEntries = 8;
+
+  py::object Find(const DataType* type, const Schema* schema) const {
+    for (const Entry& entry : entries_) {
+      if (type != nullptr && entry.type != nullptr && entry.type->Equals(*type)) {
+        return entry.pyarrow;
+      }
+      if (schema != nullptr && entry.schema != nullptr && entry.schema->Equals(*schema)) {
+        return entry.pyarrow;
+      }
+    }
+    return py::object();
+  }
+  void Add(TypePtr type, SchemaPtr schema, py::object pyarrow) {
+    if (entries_.size() == kEntries) entries_.erase(entries_.begin());
+    entries_.push_back({std::move(type), std::move(schema), std::move(pyarrow)});
+  }
+
+ private:
+  struct Entry {
+    TypePtr type;
+    SchemaPtr schema;
+    py::object pyarrow;
+  };
+  std::vector<Entry> entries_;
+};
+
+PyArrowTypeCache& TypeCache() {
+  // Leaked on purpose: its Python objects must not be released after the
+  // interpreter is gone.
+  static auto* cache = new PyArrowTypeCache();
+  return *cache;
+}
+
 // pyarrow.Array or pyarrow.RecordBatch over the same buffers: exported by
-// Ferry, imported by pyarrow, nothing copied.
+// Ferry, imported by pyarrow, nothing copied. The first event of a type goes
+// through the PyCapsule protocol; later ones hand pyarrow the array with its
+// cached type.
 py::object ToPyArrow(const RecordBatchPtr& batch, const ArrayDataPtr& array) {
   auto schema = std::make_unique<ArrowSchema>();
   auto c_array = std::make_unique<ArrowArray>();
   Check(array != nullptr ? ExportArray(array, c_array.get(), schema.get())
                          : ExportRecordBatch(*batch, c_array.get(), schema.get()));
+  py::module_ pyarrow = py::module_::import("pyarrow");
+  py::object kind = pyarrow.attr(array != nullptr ? "Array" : "RecordBatch");
+  py::object cached = array != nullptr ? TypeCache().Find(array->type.get(), nullptr)
+                                       : TypeCache().Find(nullptr, batch->schema().get());
+  if (cached) {
+    schema->release(schema.get());
+    py::object imported;
+    try {
+      imported = kind.attr("_import_from_c")(reinterpret_cast<uintptr_t>(c_array.get()), cached);
+    } catch (...) {
+      if (c_array->release != nullptr) c_array->release(c_array.get());
+      throw;
+    }
+    if (c_array->release != nullptr) c_array->release(c_array.get());  // not moved: ours to free
+    return imported;
+  }
   py::object schema_capsule = py::reinterpret_steal<py::object>(
       PyCapsule_New(schema.get(), "arrow_schema", DestroySchemaCapsule));
   if (!schema_capsule) {
@@ -125,9 +182,13 @@ py::object ToPyArrow(const RecordBatchPtr& batch, const ArrayDataPtr& array) {
     throw py::error_already_set();
   }
   c_array.release();
-  py::module_ pyarrow = py::module_::import("pyarrow");
-  py::object kind = pyarrow.attr(array != nullptr ? "Array" : "RecordBatch");
-  return kind.attr("_import_from_c_capsule")(schema_capsule, array_capsule);
+  py::object imported = kind.attr("_import_from_c_capsule")(schema_capsule, array_capsule);
+  if (array != nullptr) {
+    TypeCache().Add(array->type, nullptr, imported.attr("type"));
+  } else {
+    TypeCache().Add(nullptr, batch->schema(), imported.attr("schema"));
+  }
+  return imported;
 }
 
 py::dict EventDict(flow::Event event) {

@@ -194,6 +194,29 @@ def test_a_node_talks_to_itself_in_one_process():
         assert list(node) == []
 
 
+def test_values_keep_their_types_when_types_change_between_events():
+    # pyarrow types are cached per stream; every change of type or schema
+    # must still arrive as what was sent, in any order, repeatedly.
+    loop = channel("types")
+    values = [
+        pa.array([1, 2, 3], pa.int64()),
+        pa.array(["a", None, "c"]),
+        pa.array([1, 2, 3], pa.int64()),
+        pa.array([1.5, 2.5], pa.float32()),
+        pa.record_batch({"a": [1, 2], "b": ["x", "y"]}),
+        pa.record_batch({"a": [1, 2], "b": [0.5, 1.5]}),
+        pa.record_batch({"a": [3, 4], "b": ["z", "w"]}),
+        pa.array(["a", None, "c"]),
+    ]
+    with Node(config_json=config("types", inputs=[("in", loop)], outputs=[("out", loop)])) as node:
+        for round_ in range(3):
+            for sent in values:
+                node.send_output("out", sent)
+                received = node.next(timeout=10)["value"]
+                assert type(received) is type(sent), (round_, sent.type if hasattr(sent, "type") else sent.schema)
+                assert received.equals(sent)
+
+
 def test_timers_tick():
     with Node(config_json=config("clock", inputs=[("tick", 5_000_000)])) as node:
         events = [node.next(timeout=10) for _ in range(3)]
