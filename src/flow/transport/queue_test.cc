@@ -27,6 +27,7 @@ using testing::ForkChild;
 using testing::MakeBatch;
 using testing::MakePublisher;
 using testing::Pipe;
+using testing::ReceiveSequence;
 using testing::UniqueChannel;
 using testing::WaitChild;
 
@@ -134,13 +135,7 @@ TEST(SubscriberQueue, DroppingSubscriberDoesNotSlowABlockingOne) {
   const pid_t child = ForkChild([&] {
     auto subscriber = Subscriber::Connect(name);  // kBlock, 4: the publisher's
     CHILD_CHECK(subscriber.ok(), 2);
-    for (int64_t sequence = 1; sequence <= kMessages; ++sequence) {
-      auto message = (*subscriber)->Receive(10s);
-      CHILD_CHECK(message.ok(), 3);
-      CHILD_CHECK(message->sequence == static_cast<uint64_t>(sequence), 4);
-      CHILD_CHECK(BatchMatches(*message->batch, 8, sequence), 5);
-    }
-    return 0;
+    return ReceiveSequence(**subscriber, kMessages, 8, 10s);
   });
   ASSERT_OK(publisher->WaitForSubscribers(1, 10s));
   auto dropping = ConnectHere(*publisher, 2, Queue(2, OverflowPolicy::kDropOldest));

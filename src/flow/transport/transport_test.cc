@@ -28,6 +28,7 @@ using testing::MakeBatch;
 using testing::MakePublisher;
 using testing::Pipe;
 using testing::PollUntil;
+using testing::ReceiveSequence;
 using testing::UniqueChannel;
 using testing::WaitChild;
 
@@ -712,13 +713,7 @@ TEST(CrossProcess, KilledSubscriberIsReclaimedAndOthersCarryOn) {
     const pid_t survivor = ForkChild([&] {
       auto subscriber = Subscriber::Connect(name);
       CHILD_CHECK(subscriber.ok(), 2);
-      for (int64_t sequence = 1; sequence <= kMessages; ++sequence) {
-        auto message = (*subscriber)->Receive(5s);
-        CHILD_CHECK(message.ok(), 3);
-        CHILD_CHECK(message->sequence == static_cast<uint64_t>(sequence), 4);
-        CHILD_CHECK(BatchMatches(*message->batch, 8, sequence), 5);
-      }
-      return 0;
+      return ReceiveSequence(**subscriber, kMessages, 8, 5s);
     });
     ASSERT_OK(publisher->WaitForSubscribers(2, 10s));
     const int64_t kill_at = 5 + static_cast<int64_t>(random() % 80);

@@ -88,6 +88,17 @@ Result<RecordBatchPtr> MakeBlobBatch(MemoryPool* pool, int64_t bytes, int64_t se
   return RecordBatch::Make(std::move(schema), 1, {column});
 }
 
+int ReceiveSequence(Subscriber& subscriber, int64_t count, int64_t rows,
+                    std::chrono::nanoseconds timeout) {
+  for (int64_t sequence = 1; sequence <= count; ++sequence) {
+    auto message = subscriber.Receive(timeout);
+    CHILD_CHECK(message.ok(), 3);
+    CHILD_CHECK(message->sequence == static_cast<uint64_t>(sequence), 4);
+    CHILD_CHECK(BatchMatches(*message->batch, rows, sequence), 5);
+  }
+  return 0;
+}
+
 bool BatchMatches(const RecordBatch& batch, int64_t rows, int64_t seed) {
   if (batch.num_rows() != rows || batch.num_columns() != 2) return false;
   const ArrayData& ids = *batch.column(0);

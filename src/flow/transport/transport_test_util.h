@@ -138,6 +138,12 @@ Result<RecordBatchPtr> MakeOtherBatch(MemoryPool* pool, int64_t rows, int64_t se
 Result<RecordBatchPtr> MakeBlobBatch(MemoryPool* pool, int64_t bytes, int64_t seed);
 // True when `batch` is exactly MakeBatch(_, rows, seed).
 bool BatchMatches(const RecordBatch& batch, int64_t rows, int64_t seed);
+// A child's check that `subscriber` receives sequences 1..count in order,
+// each MakeBatch(_, rows, sequence), waiting at most `timeout` for each:
+// 0, or the CHILD_CHECK code of the first failure (3: no message, 4: wrong
+// sequence, 5: wrong contents).
+int ReceiveSequence(Subscriber& subscriber, int64_t count, int64_t rows,
+                    std::chrono::nanoseconds timeout);
 // FNV-1a over every buffer's bytes.
 uint64_t Checksum(const RecordBatch& batch);
 // Sum of the sizes of all present buffers.
