@@ -83,6 +83,12 @@ def test_gang_spans_both_nodes(cluster):
                      10, "all GPUs free")
 
 
+def wrote_line(path):
+    """True once `path` holds a whole line: a shell's `echo x > f` creates
+    the file before it writes to it."""
+    return path.exists() and path.read_text().endswith("\n")
+
+
 def test_cancel_running_job_sends_sigterm(cluster, tmp_path):
     marker = tmp_path / "term"
     job_id = submit(cluster, gpus_per_task=1, command=[
@@ -92,7 +98,7 @@ def test_cancel_running_job_sends_sigterm(cluster, tmp_path):
     wait_output(cluster, job_id, "ready")
     r = cluster.call("DELETE", f"/v1/jobs/{job_id}")
     assert r.status == 200 and r.json()["state"] == "CANCELLED", r
-    harness.wait_for(lambda: marker.exists(), 15, "the task to see SIGTERM")
+    harness.wait_for(lambda: wrote_line(marker), 15, "the task to see SIGTERM")
     assert marker.read_text().strip() == "got-term"
     job = cluster.wait_state(job_id, "CANCELLED")
     assert job["reason"] == "CANCELLED_BY_USER"
@@ -108,4 +114,4 @@ def test_max_runtime_times_out(cluster, tmp_path):
                     "while true; do sleep 0.1; done"])
     job = cluster.wait_state(job_id, "TIMEOUT", timeout=20)
     assert job["reason"] == "MAX_RUNTIME_EXCEEDED"
-    harness.wait_for(lambda: marker.exists(), 15, "the timed-out task to be stopped")
+    harness.wait_for(lambda: wrote_line(marker), 15, "the timed-out task to be stopped")
