@@ -393,6 +393,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
       ->check(CLI::Range(1, 100000));
   s.server_cmd->add_option("--max-page-size", so.max_page_size, "Largest page size (default 500)")
       ->check(CLI::Range(1, 100000));
+  s.server_cmd->add_option("--scheduler-config", so.scheduler_config,
+                           "Scheduler policies, pools, quotas and providers (YAML, "
+                           "docs/fleet-config.md); re-read when it changes");
 
   s.agent_cmd = app.add_subcommand("agent", "Run a node agent: register GPUs, run assigned tasks");
   auto& ao = s.agent_options;

@@ -6,6 +6,7 @@
 //   ferry version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
 //                            (the fleet: docs/fleet-cli.md)
+//   ferry sim --config F --trace F|--synthetic F ... (the fleet simulator: docs/fleet-sim.md)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cli/fleet_cli.h"
+#include "cli/sim_cli.h"
 #include "ferry/flow/dataflow.h"
 #include "flow/daemon/daemon.h"
 #include "flow/operator/runtime_main.h"
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
   ferry::cli::FleetCommands fleet(app);
+  ferry::cli::SimCommand sim(app);
 
   // `ferry submit [options] -- command args`: the command is everything after "--".
   std::vector<char*> args(argv, argv + argc);
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
   }
 
   if (const int code = fleet.Run(); code >= 0) return code;
+  if (const int code = sim.Run(std::cout, std::cerr); code >= 0) return code;
   if (version->parsed()) {
     std::cout << "ferry " << FERRY_VERSION << "\n";
     return 0;

@@ -55,6 +55,13 @@ inline constexpr std::string_view kNodeLost = "NODE_LOST";               // leas
 inline constexpr std::string_view kRequeued = "REQUEUED";
 inline constexpr std::string_view kRetryLimit = "RETRY_LIMIT";
 inline constexpr std::string_view kPreemptedByPriority = "PREEMPTED_BY_PRIORITY";
+// Scheduling policies (issue 7).
+inline constexpr std::string_view kQuotaExceeded = "QUOTA_EXCEEDED";     // over quota, nothing to borrow
+inline constexpr std::string_view kPolicy = "POLICY";                    // held by a policy (backfill reservation, preemption rate limit)
+inline constexpr std::string_view kWaitingForPreemption = "WAITING_FOR_PREEMPTION";  // victims are ending
+inline constexpr std::string_view kWaitingForProvisioning = "WAITING_FOR_PROVISIONING";  // cloud nodes on the way
+inline constexpr std::string_view kPreemptedForFairShare = "PREEMPTED_FOR_FAIR_SHARE";  // borrowed capacity reclaimed
+inline constexpr std::string_view kSpotInterrupted = "SPOT_INTERRUPTED";  // the provider took the node back
 }  // namespace reason
 
 enum class Role {
@@ -99,6 +106,10 @@ struct JobSpec {
   int64_t max_runtime_seconds = 0;           // 0: unlimited
   int max_retries = 3;                       // requeues after LOST/PREEMPTED
   std::map<std::string, std::string> labels;
+  // Scheduling hints (issue 7).
+  std::string topology;                      // "", "same_node" or "same_domain" (a preference)
+  std::vector<std::string> datasets;         // data sets the job reads (locality scoring)
+  std::string pool_set;                      // the scheduler config's pool set; "": the first
 };
 
 // One task of one attempt placed on a node.

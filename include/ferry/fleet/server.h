@@ -27,6 +27,13 @@ struct ServerOptions {
   int64_t stop_grace_ms = 10'000;  // SIGTERM → SIGKILL, told to agents with every stop
   int max_page_size = 500;
   int default_page_size = 50;
+  // Scheduler policies, pools, quotas and providers (YAML, docs/fleet-config.md).
+  // Empty: FIFO order, bin-packing, no quotas, no cloud pools. The file is
+  // re-read when it changes; an invalid version is logged and ignored.
+  std::string scheduler_config;
+  // The `ferry` binary the local provider starts agents with; empty: the
+  // running executable (/proc/self/exe).
+  std::string ferry_binary;
 };
 
 // Runs until `stop` becomes true or SIGINT/SIGTERM arrives (when

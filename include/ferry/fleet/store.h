@@ -135,6 +135,9 @@ struct SyncResult {
   int64_t lease_expires_at_ms = 0;
   std::vector<TaskAssignment> start;  // open allocations of live attempts the agent does not run yet
   std::vector<TaskRef> stop;          // tasks the agent runs that must end (job finished, stale attempt)
+  // Set when `stop` holds a task of a preempted attempt: the preemption's
+  // grace period (the time it gets to checkpoint before SIGKILL).
+  std::optional<int64_t> stop_grace_ms;
 };
 
 struct ExpiryResult {
@@ -144,6 +147,20 @@ struct ExpiryResult {
 };
 
 // ---- Scheduling.
+// An attempt that still holds resources (open allocations): running, being
+// stopped, or an older attempt of a requeued job whose tasks have not ended.
+struct ActiveAttempt {
+  Job job;                           // owners, spec, current state and attempt
+  int attempt = 0;                   // the attempt holding the allocations
+  std::vector<TaskPlacement> tasks;  // its open allocations, by task
+  int64_t admitted_at_ms = 0;        // when the allocations were made
+  // Told (or about to be told) to stop: preempted, cancelled, timed out, or
+  // not the job's current attempt. Its resources free up when the tasks end.
+  bool terminating = false;
+  std::string preempt_reason;  // set when terminating by preemption
+  int64_t preempted_for = 0;   // the job the preemption makes room for
+};
+
 struct NodeUsage {
   double cpus_used = 0;
   int64_t memory_mb_used = 0;
@@ -154,6 +171,21 @@ struct SchedulingSnapshot {
   std::vector<Node> nodes;                 // READY and not drained; Gpu::job_id set when allocated
   std::map<int64_t, NodeUsage> usage;      // by node id, from open allocations
   std::vector<Node> all_nodes;             // every node (to tell NO_CAPACITY from UNSATISFIABLE)
+  std::vector<ActiveAttempt> active;       // attempts holding open allocations, by job id
+};
+
+struct PreemptRequest {
+  int64_t job_id = 0;
+  int attempt = 0;       // the attempt to stop (fenced: nothing happens when it is no longer live)
+  std::string reason;    // reason::kPreemptedByPriority or reason::kPreemptedForFairShare
+  int64_t for_job = 0;   // the job it makes room for
+  int64_t grace_ms = 0;  // SIGTERM → SIGKILL for its tasks
+};
+
+enum class RemoveNodeOutcome {
+  kRemoved,  // gone from listings; its name may register again later
+  kNotFound,
+  kBusy,  // it holds an open allocation: nothing changed
 };
 
 struct Placement {
@@ -252,6 +284,15 @@ class Store {
   // Nodes whose lease ended become LOST; their allocations close and their
   // jobs are requeued (attempt + 1) or failed past the retry limit.
   virtual Result<ExpiryResult> ExpireLeases(int64_t now_ms) = 0;
+  // Declares a READY node lost at once (a spot interruption): as a lease
+  // expiry, but the lost attempts record `reason` (e.g. SPOT_INTERRUPTED) and
+  // requeued jobs carry it as their reason. Empty lost_nodes when the node is
+  // unknown or not READY.
+  virtual Result<ExpiryResult> MarkNodeLost(const std::string& name, const std::string& reason,
+                                            const std::string& message, int64_t now_ms) = 0;
+  // Removes a node without open allocations (scale-down). It disappears from
+  // ListNodes/GetNode and takes no work; its history stays.
+  virtual Result<RemoveNodeOutcome> RemoveNode(const std::string& name, int64_t now_ms) = 0;
 
   // ---- Scheduling.
   virtual Result<SchedulingSnapshot> LoadSchedulingSnapshot() = 0;
@@ -261,6 +302,14 @@ class Store {
   virtual Result<CommitResult> CommitPlacements(const std::vector<Placement>& placements,
                                                 const std::vector<PendingReason>& pending,
                                                 int64_t now_ms) = 0;
+  // Asks a live attempt to stop for a preemption: records a "preempt_requested"
+  // event, and agents get a stop for its tasks with request.grace_ms
+  // (SyncResult::stop_grace_ms). When its last task ends (or its node is
+  // lost) the attempt ends PREEMPTED with request.reason and the job goes
+  // back to PENDING with attempt + 1 and that reason, or FAILED with
+  // RETRY_LIMIT past max_retries. false when the attempt is no longer live
+  // or already preempted (nothing changed).
+  virtual Result<bool> PreemptJob(const PreemptRequest& request, int64_t now_ms) = 0;
 };
 
 // Opens (creating if needed) and migrates a store.

@@ -16,6 +16,7 @@ constexpr size_t kMaxKeyChars = 128;
 constexpr size_t kMaxValueChars = 4096;
 constexpr size_t kMaxMapEntries = 256;
 constexpr size_t kMaxGpuModels = 16;
+constexpr size_t kMaxDatasets = 64;
 constexpr int64_t kMaxMemoryMb = int64_t{1} << 40;
 constexpr int64_t kMaxRuntimeSeconds = int64_t{10} * 365 * 24 * 3600;
 
@@ -196,6 +197,17 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
   reader.Integer("max_runtime_seconds", 0, kMaxRuntimeSeconds, &spec.max_runtime_seconds);
   reader.Integer("max_retries", 0, 100, &spec.max_retries);
   reader.StringMap("labels", &spec.labels);
+  reader.String("topology", 0, kMaxNameChars, &spec.topology);
+  if (!spec.topology.empty() && spec.topology != "same_node" && spec.topology != "same_domain") {
+    reader.Fail("topology", "must be \"\", \"same_node\" or \"same_domain\"");
+  }
+  reader.StringList("datasets", kMaxDatasets, kMaxNameChars, &spec.datasets);
+  for (size_t index = 0; index < spec.datasets.size(); ++index) {
+    if (spec.datasets[index].empty()) {
+      reader.Fail("datasets[" + std::to_string(index) + "]", "must not be empty");
+    }
+  }
+  reader.String("pool_set", 0, kMaxNameChars, &spec.pool_set);
   reader.RejectUnknown();
   if (!errors->empty()) {
     std::string message = errors->front().field.empty()
@@ -221,6 +233,9 @@ json ToJson(const JobSpec& spec) {
       {"max_runtime_seconds", spec.max_runtime_seconds},
       {"max_retries", spec.max_retries},
       {"labels", StringMapJson(spec.labels)},
+      {"topology", spec.topology},
+      {"datasets", spec.datasets},
+      {"pool_set", spec.pool_set},
   };
   // command and dataflow are exclusive; write only the one in use so the
   // result parses back with ParseJobSpec.

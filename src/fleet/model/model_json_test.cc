@@ -47,10 +47,16 @@ TEST(JobSpecJson, FullSpecRoundTrips) {
                {"preemptible", true},
                {"max_runtime_seconds", 3600},
                {"max_retries", 0},
-               {"labels", {{"project", "llm"}}}};
+               {"labels", {{"project", "llm"}}},
+               {"topology", "same_domain"},
+               {"datasets", {"imagenet", "c4"}},
+               {"pool_set", "gpu-cloud"}};
   std::vector<FieldError> errors;
   auto spec = ParseJobSpec(body, &errors);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->topology, "same_domain");
+  EXPECT_EQ(spec->datasets, (std::vector<std::string>{"imagenet", "c4"}));
+  EXPECT_EQ(spec->pool_set, "gpu-cloud");
   EXPECT_EQ(ToJson(*spec), body);
   auto again = ParseJobSpec(ToJson(*spec), &errors);
   ASSERT_TRUE(again.ok());
@@ -98,6 +104,32 @@ TEST(JobSpecJson, RequiredFieldsAndShapes) {
       ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"memory_mb_per_task", UINT64_MAX}}),
       "memory_mb_per_task"));
   EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"tasks", 1025}}), "tasks"));
+}
+
+TEST(JobSpecJson, SchedulingHints) {
+  std::vector<FieldError> errors;
+  auto spec = ParseJobSpec(json{{"name", "x"}, {"command", {"ls"}}}, &errors);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->topology, "");
+  EXPECT_TRUE(spec->datasets.empty());
+  EXPECT_EQ(spec->pool_set, "");
+  EXPECT_EQ(ToJson(*spec)["topology"], "");
+  for (const char* topology : {"", "same_node", "same_domain"}) {
+    auto ok =
+        ParseJobSpec(json{{"name", "x"}, {"command", {"ls"}}, {"topology", topology}}, &errors);
+    ASSERT_TRUE(ok.ok()) << topology;
+    EXPECT_EQ(ok->topology, topology);
+  }
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"topology", "same_rack"}}),
+                       "topology"));
+  EXPECT_TRUE(
+      HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"topology", 1}}), "topology"));
+  EXPECT_TRUE(
+      HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"datasets", "c4"}}), "datasets"));
+  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"datasets", {"c4", ""}}}),
+                       "datasets[1]"));
+  EXPECT_TRUE(
+      HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"pool_set", false}}), "pool_set"));
 }
 
 TEST(JobSpecJson, NullMeansDefault) {

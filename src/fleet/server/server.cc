@@ -2,9 +2,11 @@
 // scheduler loop, lease/runtime expiry and idempotency-key purging.
 //
 // Threads: httplib's pool serves requests (long polls block a worker); one
-// scheduler thread runs passes on a timer and when woken; one maintenance
-// thread expires leases and runtimes and purges keys; the calling thread
-// waits for the stop request and then tears everything down in order.
+// scheduler thread runs passes of the scheduling core (sched.h) on a timer
+// and when woken; the provisioning controller's thread talks to the cloud
+// providers; one maintenance thread expires leases and runtimes, reloads the
+// scheduler config and purges keys; the calling thread waits for the stop
+// request and then tears everything down in order.
 #include "ferry/fleet/server.h"
 
 #include <fcntl.h>
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -29,8 +33,13 @@
 #include <vector>
 
 #include "ferry/fleet/model_json.h"
+#include "ferry/fleet/provider.h"
+#include "ferry/fleet/sched.h"
+#include "ferry/fleet/sched_config.h"
 #include "ferry/fleet/scheduler.h"
 #include "ferry/fleet/store.h"
+#include "fleet/server/provisioning.h"
+#include "fleet/server/sched_bridge.h"
 #include "fleet/server/server_internal.h"
 #include "fleet/server/wire.h"
 
@@ -44,6 +53,9 @@ constexpr int kMaxJsonDepth = 64;
 constexpr int64_t kMaxLogWaitMs = 30'000;
 constexpr int64_t kDefaultLogWaitMs = 10'000;
 constexpr int64_t kPurgeIntervalMs = 60'000;
+// With nothing pending, a pass still runs this often: fair-share usage
+// advances and idle cloud nodes are found.
+constexpr int64_t kIdlePassIntervalMs = 1'000;
 
 volatile std::sig_atomic_t g_signalled = 0;
 void OnStopSignal(int) { g_signalled = 1; }
@@ -145,14 +157,33 @@ Status Bootstrap(Store& store, const std::string& data_dir) {
   return Status::OK();
 }
 
+// The scheduling core and what it was last told and did. Shared by the
+// scheduler thread (cycles), the maintenance thread (config reloads) and
+// request handlers (quota checks, GET /v1/scheduler); one lock.
+struct CoreState {
+  std::mutex mu;
+  std::unique_ptr<sched::Scheduler> scheduler;
+  std::optional<ConfigWatcher> watcher;  // with --scheduler-config
+  std::string config_error;              // the last reload that failed (cleared by a good one)
+  int64_t config_loaded_ms = 0;
+  sched::CycleStats last_stats;
+  int64_t last_cycle_ms = 0;
+  int64_t preemptions = 0;  // since the server started
+};
+
 class FleetServer {
  public:
-  FleetServer(const ServerOptions& options, std::unique_ptr<Store> store)
+  FleetServer(const ServerOptions& options, std::unique_ptr<Store> store,
+              std::unique_ptr<sched::Scheduler> scheduler, std::optional<ConfigWatcher> watcher)
       : options_(options),
         store_(std::move(store)),
         limiter_(options.rate_per_second, options.rate_burst),
         token_cache_(4096, 5'000),
-        max_long_polls_(std::max(1, options.threads - 2)) {}
+        max_long_polls_(std::max(1, options.threads - 2)) {
+    core_.scheduler = std::move(scheduler);
+    core_.watcher = std::move(watcher);
+    core_.config_loaded_ms = NowMs();
+  }
 
   Status Run(std::atomic<bool>* stop, bool handle_signals);
 
@@ -224,6 +255,7 @@ class FleetServer {
   void AgentRegister(Call& c);
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
+  void GetScheduler(Call& c);
 
   // ---- Wake-ups.
   void WakeScheduler() {
@@ -261,7 +293,11 @@ class FleetServer {
   // ---- Background loops.
   void SchedulerLoop();
   Status SchedulingPass();
+  void ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
+                        const SchedulingSnapshot& snapshot);
   void MaintenanceLoop();
+  void ReloadConfig();
+  Status StartProvisioning(int port);
   bool WaitForStop(int64_t ms) {
     std::unique_lock<std::mutex> lock(stop_mu_);
     return stop_cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stopping_.load(); });
@@ -300,6 +336,11 @@ class FleetServer {
   // attempt it was written for: a long queue's unchanged reasons are not
   // rewritten every pass.
   std::unordered_map<int64_t, std::pair<int, std::string>> written_reasons_;
+  server_internal::IdleTracker idle_;  // scheduler thread only
+  int64_t last_pass_ms_ = 0;           // scheduler thread only
+
+  CoreState core_;
+  std::unique_ptr<server_internal::ProvisioningController> provisioning_;
 
   std::mutex node_mu_;
   std::condition_variable node_cv_;
@@ -514,6 +555,7 @@ void FleetServer::InstallRoutes() {
   AddRoute("POST", "/v1/agent/register", Access::kAgent, bind(&FleetServer::AgentRegister));
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
+  AddRoute("GET", "/v1/scheduler", Access::kAdmin, bind(&FleetServer::GetScheduler));
 
   auto dispatch = [this](const httplib::Request& req, httplib::Response& res) {
     Dispatch(req, res);
@@ -605,6 +647,24 @@ void FleetServer::SubmitJob(Call& c) {
   }
   Result<std::vector<Node>> nodes = store_->ListNodes();
   if (!nodes.ok()) return SendStoreError(c, nodes.status());
+  std::optional<std::string> over_quota;
+  {
+    // Cloud pools count as capacity the job could get; quotas are checked
+    // softly here (the job alone must fit them) and hard when scheduling.
+    Job candidate;
+    candidate.tenant = c.principal.tenant;
+    candidate.team = c.principal.team;
+    candidate.user = c.principal.user;
+    candidate.spec = *spec;
+    std::lock_guard<std::mutex> lock(core_.mu);
+    if (!nodes->empty()) {  // with no node registered yet, every job may wait for one
+      std::vector<Node> cloud =
+          server_internal::CloudPoolNodes(core_.scheduler->config(), spec->tasks);
+      nodes->insert(nodes->end(), cloud.begin(), cloud.end());
+    }
+    over_quota = core_.scheduler->CheckSubmission(server_internal::ToPendingJob(candidate));
+  }
+  if (over_quota) return SendValidation(c, {{"quota", *over_quota}});
   if (!nodes->empty() && !GangCouldEverFit(*spec, *nodes)) {
     std::string models;
     for (const auto& model : spec->gpu_models) models += (models.empty() ? "" : ", ") + model;
@@ -1074,7 +1134,7 @@ void FleetServer::AgentSync(Call& c) {
   SendJson(c, 200,
            {{"registered", result->registered},
             {"lease_expires_at_ms", result->lease_expires_at_ms},
-            {"stop_grace_ms", options_.stop_grace_ms},
+            {"stop_grace_ms", result->stop_grace_ms.value_or(options_.stop_grace_ms)},
             {"start", std::move(start)},
             {"stop", std::move(stop)}});
 }
@@ -1103,8 +1163,24 @@ void FleetServer::AgentLogs(Call& c) {
 
 Status FleetServer::SchedulingPass() {
   FERRY_ASSIGN_OR_RAISE(SchedulingSnapshot snapshot, store_->LoadSchedulingSnapshot());
-  if (snapshot.pending.empty()) return Status::OK();
-  const ScheduleDecision decision = Schedule(snapshot);
+  const int64_t now = NowMs();
+  idle_.Update(snapshot.all_nodes, snapshot.usage, now);
+  if (snapshot.pending.empty() && now - last_pass_ms_ < kIdlePassIntervalMs) {
+    return Status::OK();
+  }
+  last_pass_ms_ = now;
+  std::map<std::string, int> provisioning;
+  if (provisioning_) provisioning = provisioning_->Provisioning(snapshot.all_nodes);
+  const sched::Snapshot input = server_internal::BuildSnapshot(snapshot, now, provisioning, idle_);
+  sched::Decision decision;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    decision = core_.scheduler->Cycle(input);
+    core_.last_stats = decision.stats;
+    core_.last_cycle_ms = now;
+    core_.preemptions += static_cast<int64_t>(decision.preemptions.size());
+  }
+
   std::unordered_map<int64_t, int> attempts;
   for (const Job& job : snapshot.pending) attempts[job.id] = job.attempt;
   std::unordered_map<int64_t, std::pair<int, std::string>> reasons;
@@ -1120,6 +1196,10 @@ Status FleetServer::SchedulingPass() {
   FERRY_ASSIGN_OR_RAISE(CommitResult commit,
                         store_->CommitPlacements(decision.placements, changed, NowMs()));
   written_reasons_ = std::move(reasons);  // jobs no longer pending drop out
+
+  ApplyPreemptions(decision.preemptions, snapshot);
+  if (provisioning_) provisioning_->Submit(decision.provision, decision.scale_down);
+
   if (commit.admitted.empty()) return Status::OK();
   std::map<int64_t, std::string> names;
   for (const Node& node : snapshot.all_nodes) names[node.id] = node.name;
@@ -1135,6 +1215,34 @@ Status FleetServer::SchedulingPass() {
   WakeNodes(nodes);
   WakeLogWaiters();
   return Status::OK();
+}
+
+void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
+                                   const SchedulingSnapshot& snapshot) {
+  if (preemptions.empty()) return;
+  std::set<std::string> nodes;
+  for (const sched::Preemption& preemption : preemptions) {
+    PreemptRequest request;
+    request.job_id = preemption.job_id;
+    request.attempt = preemption.attempt;
+    request.reason = preemption.reason;
+    request.for_job = preemption.for_job;
+    request.grace_ms = std::max<int64_t>(0, std::llround(preemption.grace_s * 1000.0));
+    Result<bool> done = store_->PreemptJob(request, NowMs());
+    if (!done.ok()) {
+      LogError("preempting job " + std::to_string(preemption.job_id), done.status());
+      continue;
+    }
+    if (!*done) continue;  // it ended meanwhile
+    for (const ActiveAttempt& active : snapshot.active) {
+      if (active.job.id != preemption.job_id || active.attempt != preemption.attempt) continue;
+      for (const TaskPlacement& task : active.tasks) nodes.insert(task.node);
+    }
+  }
+  nodes.erase("");
+  // The victims' agents learn of the stop now (with the grace), not at their next poll.
+  WakeNodes(nodes);
+  WakeLogWaiters();
 }
 
 void FleetServer::SchedulerLoop() {
@@ -1191,12 +1299,131 @@ void FleetServer::MaintenanceLoop() {
       WakeNodes(nodes);
       WakeLogWaiters();
     }
+    ReloadConfig();
     if (now - last_purge_ms >= kPurgeIntervalMs) {
       last_purge_ms = now;
       Result<int64_t> purged = store_->PurgeIdempotencyKeys(now, options_.idempotency_ttl_ms);
       if (!purged.ok()) LogError("idempotency key purge", purged.status());
     }
   }
+}
+
+// Applies a changed --scheduler-config file: a valid one replaces the
+// policies at once (usage history carries over), an invalid one is logged
+// once and the current config stays.
+void FleetServer::ReloadConfig() {
+  Result<std::optional<sched::Config>> polled = std::optional<sched::Config>();
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    if (!core_.watcher) return;
+    polled = core_.watcher->Poll();
+  }
+  if (!polled.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(core_.mu);
+      core_.config_error = polled.status().message();
+    }
+    std::fprintf(stderr,
+                 "ferry server: scheduler config not reloaded, keeping the current one: %s\n",
+                 polled.status().message().c_str());
+    return;
+  }
+  if (!polled->has_value()) return;
+  sched::Config config = std::move(**polled);
+  Status applied;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    applied = core_.scheduler->Reconfigure(config);
+    if (applied.ok()) {
+      core_.config_error.clear();
+      core_.config_loaded_ms = NowMs();
+    } else {
+      core_.config_error = applied.message();
+    }
+  }
+  if (!applied.ok()) {
+    std::fprintf(stderr, "ferry server: scheduler config refused, keeping the current one: %s\n",
+                 applied.message().c_str());
+    return;
+  }
+  std::fprintf(stderr, "ferry server: scheduler config reloaded from %s (%zu pools, %zu quotas)\n",
+               options_.scheduler_config.c_str(), config.pools.size(), config.quotas.size());
+  if (provisioning_) {
+    Status providers = provisioning_->Configure(config);
+    if (!providers.ok()) LogError("providers", providers);
+  }
+  WakeScheduler();
+}
+
+// The provisioning controller, with the local provider's defaults: agents
+// talk to this server, with the agent token and a work dir under data_dir.
+Status FleetServer::StartProvisioning(int port) {
+  server_internal::ProvisioningController::Options options;
+  std::string host = options_.host;
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  const std::filesystem::path dir(options_.data_dir.empty() ? "." : options_.data_dir);
+  std::error_code ec;
+  options.local_base.server_url = "http://" + host + ":" + std::to_string(port);
+  options.local_base.agent_token_file = std::filesystem::absolute(dir / "agent.token", ec).string();
+  options.local_base.work_dir = std::filesystem::absolute(dir / "cloud-nodes", ec).string();
+  options.local_base.ferry_binary = options_.ferry_binary;
+  if (options.local_base.ferry_binary.empty()) {
+    options.local_base.ferry_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  }
+  options.on_change = [this](bool nodes_lost) {
+    if (nodes_lost) {
+      WakeAllNodes();
+      WakeLogWaiters();
+    }
+    WakeScheduler();
+  };
+  options.log_error = [this](const std::string& what, const Status& status) {
+    LogError(what, status);
+  };
+  options.log_info = [](const std::string& line) {
+    std::fprintf(stderr, "ferry server: %s\n", line.c_str());
+  };
+  provisioning_ =
+      std::make_unique<server_internal::ProvisioningController>(store_.get(), std::move(options));
+  sched::Config config;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    config = core_.scheduler->config();
+  }
+  FERRY_RETURN_NOT_OK(provisioning_->Configure(config));
+  provisioning_->Start();
+  return Status::OK();
+}
+
+void FleetServer::GetScheduler(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  json body;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    body["config"] = server_internal::SchedulerConfigJson(core_.scheduler->config());
+    body["config_file"] =
+        options_.scheduler_config.empty() ? json(nullptr) : json(options_.scheduler_config);
+    body["config_loaded_at"] = TimestampJson(core_.config_loaded_ms);
+    body["config_error"] = core_.config_error.empty() ? json(nullptr) : json(core_.config_error);
+    json cycle = server_internal::CycleStatsJson(core_.last_stats);
+    cycle["at"] = TimestampJson(core_.last_cycle_ms);
+    body["last_cycle"] = std::move(cycle);
+    body["preemptions_total"] = core_.preemptions;
+    body["fair_share"] = server_internal::FairShareJson(core_.scheduler->FairShare());
+  }
+  body["providers"] = provisioning_ ? provisioning_->StatusJson() : json::array();
+  json provisioning = json::object();
+  if (provisioning_) {
+    Result<std::vector<Node>> nodes = store_->ListNodes();
+    if (!nodes.ok()) return SendStoreError(c, nodes.status());
+    for (const auto& [pool, count] : provisioning_->Provisioning(*nodes)) {
+      provisioning[pool] = count;
+    }
+  }
+  body["provisioning"] = std::move(provisioning);
+  SendJson(c, 200, body);
 }
 
 Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
@@ -1249,6 +1476,12 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
     }
   }
 
+  if (Status started = StartProvisioning(port); !started.ok()) {
+    http_.stop();
+    restore_signals();
+    return started.WithPrefix("scheduler providers: ");
+  }
+
   std::atomic<bool> listen_ended{false};
   std::thread listener([&] {
     http_.listen_after_bind();
@@ -1282,6 +1515,8 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   listener.join();
   scheduler.join();
   maintenance.join();
+  // Cloud nodes go with the server (the local provider stops its agents).
+  provisioning_->Stop();
   restore_signals();
   std::fprintf(stderr, "ferry server: stopped\n");
   if (listener_failed) return Status::IOError("the HTTP listener stopped unexpectedly");
@@ -1320,9 +1555,23 @@ Status ValidateOptions(const ServerOptions& options) {
 
 Status RunServer(const ServerOptions& options, std::atomic<bool>* stop, bool handle_signals) {
   FERRY_RETURN_NOT_OK(ValidateOptions(options));
+  // The config first: a broken file stops the server before it touches the store.
+  sched::Config config;
+  std::optional<ConfigWatcher> watcher;
+  if (!options.scheduler_config.empty()) {
+    watcher.emplace(options.scheduler_config);
+    Result<std::optional<sched::Config>> first = watcher->Poll();
+    if (!first.ok()) return first.status().WithPrefix("scheduler config: ");
+    if (!first->has_value()) {
+      return Status::Invalid("scheduler config: cannot read " + options.scheduler_config);
+    }
+    config = std::move(**first);
+  }
+  Result<std::unique_ptr<sched::Scheduler>> scheduler = sched::Scheduler::Make(std::move(config));
+  if (!scheduler.ok()) return scheduler.status().WithPrefix("scheduler config: ");
   FERRY_ASSIGN_OR_RAISE(std::unique_ptr<Store> store, OpenStore(options.store_url));
   FERRY_RETURN_NOT_OK(Bootstrap(*store, options.data_dir));
-  FleetServer server(options, std::move(store));
+  FleetServer server(options, std::move(store), std::move(*scheduler), std::move(watcher));
   return server.Run(stop, handle_signals);
 }
 

@@ -865,6 +865,185 @@ TEST(FleetServer, StopsOnSigterm) {
   fs::remove_all(pattern);
 }
 
+// ---- Scheduling with the core (issue 7).
+
+void WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+  }
+  fs::rename(tmp, path);
+}
+
+// Syncs `node` (running `running`) until `accept` likes a reply; returns it.
+Reply SyncUntil(const TestServer& server, const std::string& node, const json& running,
+                const std::function<bool(const Reply&)>& accept) {
+  const json body = {{"node", node}, {"instance", node + "-i1"}, {"running", running}};
+  Reply reply;
+  for (int i = 0; i < 40; ++i) {
+    reply = server.Post("/v1/agent/sync?wait_ms=500", server.agent(), body);
+    if (reply.status != 200 || accept(reply)) return reply;
+  }
+  return reply;
+}
+
+bool HasRef(const json& list, int64_t job_id, int attempt) {
+  for (const json& ref : list) {
+    if (ref["job_id"] == job_id && ref["attempt"] == attempt) return true;
+  }
+  return false;
+}
+
+TEST(FleetServer, PriorityPreemptionWithGraceRequeuesTheVictim) {
+  std::string config_path;
+  TestServer server([&](ServerOptions& o) {
+    config_path = o.data_dir + "/scheduler.yaml";
+    WriteText(config_path, "preemption:\n  priority: true\n  grace_s: 2.5\n");
+    o.scheduler_config = config_path;
+  });
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-p", "H200", 1)).status,
+            200);
+  json low = SimpleJob("low");
+  low["preemptible"] = true;
+  low["priority"] = -5;
+  const json victim = StartJob(server, "gpu-p", low);
+  ASSERT_TRUE(victim.is_object());
+  const int64_t victim_id = victim["job_id"].get<int64_t>();
+
+  json high = SimpleJob("high");
+  high["gpus_per_task"] = 1;
+  high["priority"] = 50;
+  Reply created = server.Post("/v1/jobs", server.admin(), high);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const int64_t high_id = created.body["id"].get<int64_t>();
+
+  // The victim's agent is told to stop it, with the preemption's grace.
+  Reply stop = SyncUntil(server, "gpu-p", json::array({victim}),
+                         [&](const Reply& r) { return HasRef(r.body["stop"], victim_id, 1); });
+  ASSERT_TRUE(HasRef(stop.body["stop"], victim_id, 1)) << stop.raw;
+  EXPECT_EQ(stop.body["stop_grace_ms"], 2500);
+  Reply events = server.Get("/v1/jobs/" + std::to_string(victim_id) + "/events", server.admin());
+  bool requested = false;
+  for (const json& e : events.body["events"]) {
+    if (e["type"] == "preempt_requested") {
+      requested = true;
+      EXPECT_EQ(e["reason"], "PREEMPTED_BY_PRIORITY");
+    }
+  }
+  EXPECT_TRUE(requested) << events.raw;
+  EXPECT_EQ(server.Get("/v1/jobs/" + std::to_string(high_id), server.admin()).body["state"],
+            "PENDING");
+
+  // It exits after its checkpoint: requeued with attempt 2; the high job starts.
+  json exited = {{"node", "gpu-p"}, {"instance", "gpu-p-i1"}, {"running", json::array()}};
+  exited["reports"] = {
+      {{"job_id", victim_id}, {"task", 0}, {"attempt", 1}, {"kind", "exited"}, {"exit_code", 0}}};
+  ASSERT_EQ(server.Post("/v1/agent/sync", server.agent(), exited).status, 200);
+  Reply job = server.Get("/v1/jobs/" + std::to_string(victim_id), server.admin());
+  EXPECT_EQ(job.body["state"], "PENDING") << job.raw;
+  EXPECT_EQ(job.body["attempt"], 2);
+  ASSERT_EQ(job.body["attempts"].size(), 2u);
+  EXPECT_EQ(job.body["attempts"][0]["state"], "PREEMPTED");
+  EXPECT_EQ(job.body["attempts"][0]["reason"], "PREEMPTED_BY_PRIORITY");
+  Reply start = SyncUntil(server, "gpu-p", json::array(),
+                          [&](const Reply& r) { return HasRef(r.body["start"], high_id, 1); });
+  EXPECT_TRUE(HasRef(start.body["start"], high_id, 1)) << start.raw;
+
+  Reply status = server.Get("/v1/scheduler", server.admin());
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_GE(status.body["preemptions_total"].get<int64_t>(), 1);
+  EXPECT_EQ(status.body["config"]["preemption"]["grace_s"], 2.5);
+  EXPECT_EQ(status.body["config_file"], config_path);
+}
+
+TEST(FleetServer, QuotaChangeAtRuntimeNeedsNoRestart) {
+  std::string config_path;
+  TestServer server([&](ServerOptions& o) {
+    config_path = o.data_dir + "/scheduler.yaml";
+    WriteText(config_path,
+              "quotas:\n  - path: default\n    nominal_gpus: 1\n    borrowing_limit: 0\n");
+    o.scheduler_config = config_path;
+  });
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-q", "L4", 2)).status,
+            200);
+  // Soft check at submission: more than the quota could ever give.
+  json two = SimpleJob("two");
+  two["gpus_per_task"] = 2;
+  Reply refused = server.Post("/v1/jobs", server.admin(), two);
+  ExpectProblem(refused, 422, "validation");
+  ASSERT_TRUE(refused.body["errors"].is_array());
+  EXPECT_EQ(refused.body["errors"][0]["field"], "quota") << refused.raw;
+
+  const json first = StartJob(server, "gpu-q", SimpleJob("first"));
+  ASSERT_TRUE(first.is_object());
+  json second = SimpleJob("second");
+  second["gpus_per_task"] = 1;
+  Reply created = server.Post("/v1/jobs", server.admin(), second);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string path = "/v1/jobs/" + std::to_string(created.body["id"].get<int64_t>());
+  EXPECT_TRUE(WaitFor(
+      [&] { return server.Get(path, server.admin()).body.value("reason", "") == "QUOTA_EXCEEDED"; },
+      10));
+
+  // A broken file is reported and ignored.
+  WriteText(config_path, "quotas:\n  - path: default\n    nominal_gpus: lots\n");
+  EXPECT_TRUE(WaitFor(
+      [&] { return server.Get("/v1/scheduler", server.admin()).body["config_error"].is_string(); },
+      10));
+  EXPECT_EQ(server.Get("/v1/scheduler", server.admin()).body["config"]["quotas"][0]["nominal_gpus"],
+            1);
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "PENDING");
+
+  // Raised: the waiting job starts, no restart.
+  WriteText(config_path,
+            "quotas:\n  - path: default\n    nominal_gpus: 2\n    borrowing_limit: 0\n");
+  EXPECT_TRUE(WaitFor(
+      [&] { return server.Get(path, server.admin()).body.value("state", "") == "ADMITTED"; }, 10));
+  Reply status = server.Get("/v1/scheduler", server.admin());
+  EXPECT_TRUE(status.body["config_error"].is_null()) << status.raw;
+  EXPECT_EQ(status.body["config"]["quotas"][0]["nominal_gpus"], 2);
+}
+
+TEST(FleetServer, SchedulerStatusIsForPlatformAdmins) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string user = server.CreateUser("default", "default", "ann", "user");
+  ExpectProblem(server.Get("/v1/scheduler", user), 403, "forbidden");
+  ExpectProblem(server.Get("/v1/scheduler", server.agent()), 403, "forbidden");
+  Reply status = server.Get("/v1/scheduler", server.admin());
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_EQ(status.body["config"]["ordering"], "fifo");
+  EXPECT_TRUE(status.body["config_file"].is_null());
+  EXPECT_TRUE(status.body["providers"].is_array());
+  EXPECT_TRUE(status.body["fair_share"].is_array());
+  EXPECT_TRUE(status.body["last_cycle"].contains("elapsed_ms"));
+  ExpectProblem(server.Get("/v1/scheduler?x=1", server.admin()), 400, "bad-request");
+  // Scheduling hints are validated like every field.
+  json bad = SimpleJob("bad");
+  bad["topology"] = "same_rack";
+  ExpectProblem(server.Post("/v1/jobs", server.admin(), bad), 422, "validation");
+}
+
+TEST(FleetServer, RefusesABrokenSchedulerConfig) {
+  std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  ServerOptions options;
+  options.store_url = "sqlite:" + pattern + "/fleet.db";
+  options.port = 0;
+  options.data_dir = pattern;
+  options.scheduler_config = pattern + "/missing.yaml";
+  EXPECT_FALSE(RunServer(options, nullptr, false).ok());
+  WriteText(pattern + "/bad.yaml", "ordering: alphabetical\n");
+  options.scheduler_config = pattern + "/bad.yaml";
+  Status status = RunServer(options, nullptr, false);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("ordering"), std::string::npos) << status.ToString();
+  fs::remove_all(pattern);
+}
+
 TEST(FleetServer, RefusesBadOptions) {
   ServerOptions bad;
   bad.threads = 0;

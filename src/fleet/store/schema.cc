@@ -93,6 +93,18 @@ const std::vector<Migration>& Migrations() {
            " stream TEXT NOT NULL, data {blob} NOT NULL, at_ms BIGINT NOT NULL,"
            " PRIMARY KEY (job_id, seq))",
        }},
+      {2,
+       {
+           // ---- Scheduling (issue 7). A preempted attempt keeps running until
+           // its tasks end; these say why it must stop and how long it gets.
+           "ALTER TABLE jobs ADD COLUMN preempt_reason TEXT NOT NULL DEFAULT ''",
+           "ALTER TABLE jobs ADD COLUMN preempted_for BIGINT NOT NULL DEFAULT 0",
+           "ALTER TABLE jobs ADD COLUMN preempt_grace_ms BIGINT NOT NULL DEFAULT 0",
+           // Scaled-down nodes stay for the history of the tasks that ran there.
+           "ALTER TABLE nodes ADD COLUMN removed_at_ms BIGINT NOT NULL DEFAULT 0",
+           "CREATE INDEX allocations_open ON allocations (job_id, attempt)"
+           " WHERE released_at_ms IS NULL",
+       }},
   };
   return kMigrations;
 }

@@ -325,10 +325,11 @@ Result<Node> NodeFromRow(const Row& row) {
 Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
   std::string q =
       "SELECT id, name, pool, labels, cpus, memory_mb, state, drain, instance,"
-      " registered_at_ms, last_heartbeat_ms, lease_expires_at_ms FROM nodes";
+      " registered_at_ms, last_heartbeat_ms, lease_expires_at_ms FROM nodes"
+      " WHERE removed_at_ms = 0";
   Params params;
   if (name != nullptr) {
-    q += " WHERE name = ?";
+    q += " AND name = ?";
     params.emplace_back(*name);
   }
   q += " ORDER BY name";
@@ -901,13 +902,14 @@ class SqlStore final : public Store {
         const bool new_instance = existing[0].Text(1) != reg.instance;
         if (new_instance) {
           // The previous agent process is gone, and its tasks with it.
-          FERRY_RETURN_NOT_OK(HandleNodeLoss(
-              c, node_id, reg.name, "agent on " + reg.name + " restarted", now_ms, &ignored));
+          FERRY_RETURN_NOT_OK(HandleNodeLoss(c, node_id, reason::kNodeLost,
+                                             "agent on " + reg.name + " restarted", now_ms,
+                                             &ignored));
         }
         FERRY_RETURN_NOT_OK(
             c.Query("UPDATE nodes SET pool = ?, labels = ?, cpus = ?, memory_mb = ?,"
                     " state = 'READY', instance = ?, last_heartbeat_ms = ?,"
-                    " lease_expires_at_ms = ?,"
+                    " lease_expires_at_ms = ?, removed_at_ms = 0,"
                     " registered_at_ms = CASE WHEN instance = ? THEN registered_at_ms ELSE ? END"
                     " WHERE id = ?",
                     {reg.pool, LabelsJson(reg.labels), reg.cpus, reg.memory_mb, reg.instance,
@@ -974,8 +976,9 @@ class SqlStore final : public Store {
   Result<bool> SetDrain(const std::string& name, bool drain) override {
     bool found = false;
     FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
-      FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query("UPDATE nodes SET drain = ? WHERE name = ?",
-                                               {int64_t{drain ? 1 : 0}, name}));
+      FERRY_ASSIGN_OR_RAISE(
+          Rows rows, c.Query("UPDATE nodes SET drain = ? WHERE name = ? AND removed_at_ms = 0",
+                             {int64_t{drain ? 1 : 0}, name}));
       found = rows.affected > 0;
       return Status::OK();
     }));
@@ -1014,7 +1017,8 @@ class SqlStore final : public Store {
       for (const TaskRef& r : request.running) {
         FERRY_ASSIGN_OR_RAISE(
             Rows rows,
-            c.Query("SELECT j.state, j.attempt, t.node_id FROM jobs j LEFT JOIN tasks t"
+            c.Query("SELECT j.state, j.attempt, t.node_id, j.preempt_reason, j.preempt_grace_ms"
+                    " FROM jobs j LEFT JOIN tasks t"
                     " ON t.job_id = j.id AND t.attempt = ? AND t.task = ? WHERE j.id = ?",
                     {int64_t{r.attempt}, int64_t{r.task}, r.job_id}));
         bool stop = rows.empty();
@@ -1022,6 +1026,11 @@ class SqlStore final : public Store {
           auto state = ParseJobState(rows[0].Text(0));
           stop = !state || IsTerminal(*state) || rows[0].Int(1) != r.attempt || rows[0].IsNull(2) ||
                  rows[0].Int(2) != node_id;
+          if (!stop && IsLive(*state) && !rows[0].Text(3).empty()) {
+            // Preempted: the task gets the preemption's grace to checkpoint.
+            stop = true;
+            result.stop_grace_ms = std::max(result.stop_grace_ms.value_or(0), rows[0].Int(4));
+          }
         }
         if (stop) result.stop.push_back(r);
       }
@@ -1030,26 +1039,46 @@ class SqlStore final : public Store {
       // agent no longer runs; start those of live attempts it does not run.
       FERRY_ASSIGN_OR_RAISE(
           Rows allocs,
-          c.Query("SELECT a.id, a.job_id, a.attempt, a.task, j.state, j.attempt, t.state"
-                  " FROM allocations a JOIN jobs j ON j.id = a.job_id"
+          c.Query("SELECT a.id, a.job_id, a.attempt, a.task, j.state, j.attempt, t.state,"
+                  " j.preempt_reason FROM allocations a JOIN jobs j ON j.id = a.job_id"
                   " LEFT JOIN tasks t ON t.job_id = a.job_id AND t.attempt = a.attempt"
                   " AND t.task = a.task"
                   " WHERE a.node_id = ? AND a.released_at_ms IS NULL"
                   " ORDER BY a.job_id, a.attempt, a.task",
                   {node_id}));
       std::vector<Key> to_start;
+      std::vector<Key> to_close;  // tasks of preempted attempts the agent does not run
       for (const Row& row : allocs.rows) {
         Key key{row.Int(1), static_cast<int>(row.Int(2)), static_cast<int>(row.Int(3))};
         auto state = ParseJobState(row.Text(4));
         const bool live = state && IsLive(*state) && row.Int(5) == std::get<1>(key);
         const bool agent_runs = running.count(key) > 0;
+        const bool preempted = live && !row.Text(7).empty();
         if (!live && !agent_runs) {
           FERRY_RETURN_NOT_OK(c.Query("UPDATE allocations SET released_at_ms = ? WHERE id = ?",
                                       {request.now_ms, row.Int(0)})
                                   .status());
+        } else if (preempted && !agent_runs) {
+          if (to_close.empty() || to_close.back() != key) to_close.push_back(key);
         } else if (live && !agent_runs && row.Text(6) != "exited") {
           if (to_start.empty() || to_start.back() != key) to_start.push_back(key);
         }
+      }
+      for (const auto& [job_id, attempt, task] : to_close) {
+        const Params key{job_id, int64_t{attempt}, int64_t{task}};
+        Params end{request.now_ms};
+        end.insert(end.end(), key.begin(), key.end());
+        FERRY_RETURN_NOT_OK(
+            c.Query("UPDATE tasks SET state = 'exited', message = 'preempted before it ran',"
+                    " ended_at_ms = ? WHERE job_id = ? AND attempt = ? AND task = ?"
+                    " AND state <> 'exited'",
+                    end)
+                .status());
+        FERRY_RETURN_NOT_OK(c.Query("UPDATE allocations SET released_at_ms = ? WHERE job_id = ?"
+                                    " AND attempt = ? AND task = ? AND released_at_ms IS NULL",
+                                    end)
+                                .status());
+        FERRY_RETURN_NOT_OK(MaybeFinishPreemption(c, job_id, attempt, request.now_ms));
       }
       for (const Key& key : to_start) {
         FERRY_ASSIGN_OR_RAISE(TaskAssignment a, BuildAssignment(c, node_id, key));
@@ -1073,7 +1102,7 @@ class SqlStore final : public Store {
       for (const Row& row : rows.rows) {
         FERRY_RETURN_NOT_OK(
             c.Query("UPDATE nodes SET state = 'LOST' WHERE id = ?", {row.Int(0)}).status());
-        FERRY_RETURN_NOT_OK(HandleNodeLoss(c, row.Int(0), row.Text(1),
+        FERRY_RETURN_NOT_OK(HandleNodeLoss(c, row.Int(0), reason::kNodeLost,
                                            "node " + row.Text(1) + " lost (lease expired)", now_ms,
                                            &result));
         result.lost_nodes.push_back(row.Text(1));
@@ -1081,6 +1110,85 @@ class SqlStore final : public Store {
       return Status::OK();
     }));
     return result;
+  }
+
+  Result<ExpiryResult> MarkNodeLost(const std::string& name, const std::string& why,
+                                    const std::string& message, int64_t now_ms) override {
+    if (why.empty()) return Status::Invalid("a lost node needs a reason");
+    ExpiryResult result;
+    FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+      result = ExpiryResult{};
+      FERRY_ASSIGN_OR_RAISE(Rows rows,
+                            c.Query("SELECT id FROM nodes WHERE name = ? AND state = 'READY'"
+                                    " AND removed_at_ms = 0" +
+                                        ForUpdate(),
+                                    {name}));
+      if (rows.empty()) return Status::OK();
+      FERRY_RETURN_NOT_OK(
+          c.Query("UPDATE nodes SET state = 'LOST' WHERE id = ?", {rows[0].Int(0)}).status());
+      FERRY_RETURN_NOT_OK(HandleNodeLoss(c, rows[0].Int(0), why, message, now_ms, &result));
+      result.lost_nodes.push_back(name);
+      return Status::OK();
+    }));
+    return result;
+  }
+
+  Result<RemoveNodeOutcome> RemoveNode(const std::string& name, int64_t now_ms) override {
+    RemoveNodeOutcome outcome = RemoveNodeOutcome::kNotFound;
+    FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+      FERRY_ASSIGN_OR_RAISE(
+          Rows rows,
+          c.Query("SELECT id FROM nodes WHERE name = ? AND removed_at_ms = 0" + ForUpdate(),
+                  {name}));
+      if (rows.empty()) {
+        outcome = RemoveNodeOutcome::kNotFound;
+        return Status::OK();
+      }
+      const int64_t node_id = rows[0].Int(0);
+      FERRY_ASSIGN_OR_RAISE(Rows open, c.Query("SELECT COUNT(*) FROM allocations WHERE node_id = ?"
+                                               " AND released_at_ms IS NULL",
+                                               {node_id}));
+      if (open[0].Int(0) > 0) {
+        outcome = RemoveNodeOutcome::kBusy;
+        return Status::OK();
+      }
+      FERRY_RETURN_NOT_OK(c.Query("UPDATE nodes SET state = 'LOST', drain = 0, removed_at_ms = ?"
+                                  " WHERE id = ?",
+                                  {std::max<int64_t>(now_ms, 1), node_id})
+                              .status());
+      outcome = RemoveNodeOutcome::kRemoved;
+      return Status::OK();
+    }));
+    return outcome;
+  }
+
+  Result<bool> PreemptJob(const PreemptRequest& request, int64_t now_ms) override {
+    if (request.reason.empty()) return Status::Invalid("a preemption needs a reason");
+    if (request.grace_ms < 0) return Status::Invalid("a preemption's grace must be >= 0");
+    bool done = false;
+    FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+      FERRY_ASSIGN_OR_RAISE(
+          Rows rows, c.Query("UPDATE jobs SET preempt_reason = ?, preempted_for = ?,"
+                             " preempt_grace_ms = ? WHERE id = ? AND attempt = ?"
+                             " AND state IN ('ADMITTED', 'RUNNING') AND preempt_reason = ''"
+                             " RETURNING id",
+                             {request.reason, request.for_job, request.grace_ms, request.job_id,
+                              int64_t{request.attempt}}));
+      done = !rows.empty();
+      if (!done) return Status::OK();
+      char grace[32];
+      std::snprintf(grace, sizeof(grace), "%.3g", static_cast<double>(request.grace_ms) / 1000);
+      std::string message = "stopping attempt " + std::to_string(request.attempt);
+      if (request.for_job > 0) message += " for job " + std::to_string(request.for_job);
+      message += std::string("; grace ") + grace + " s";
+      FERRY_RETURN_NOT_OK(AddEvent(c, request.job_id, now_ms, "preempt_requested", std::nullopt,
+                                   request.reason, message, "scheduler"));
+      // Tasks no agent has started yet have nothing to checkpoint; they end
+      // at their agent's next sync. When there is no task left at all, the
+      // attempt ends now.
+      return MaybeFinishPreemption(c, request.job_id, request.attempt, now_ms);
+    }));
+    return done;
   }
 
   // ---- Scheduling.
@@ -1106,9 +1214,69 @@ class SqlStore final : public Store {
       for (const Row& row : usage.rows) {
         snap.usage[row.Int(0)] = NodeUsage{row.Double(1), row.Int(2)};
       }
+      FERRY_RETURN_NOT_OK(LoadActiveAttempts(c, &snap.active));
       return Status::OK();
     }));
     return snap;
+  }
+
+  // Attempts holding open allocations, with their jobs, by job and attempt.
+  Status LoadActiveAttempts(Connection& c, std::vector<ActiveAttempt>* out) {
+    const std::string open_jobs =
+        " j.id IN (SELECT job_id FROM allocations WHERE released_at_ms IS NULL)";
+    FERRY_ASSIGN_OR_RAISE(
+        Rows jobs, c.Query(std::string(kJobSelect) + " WHERE" + open_jobs + " ORDER BY j.id"));
+    std::map<int64_t, Job> by_id;
+    for (const Row& row : jobs.rows) {
+      FERRY_ASSIGN_OR_RAISE(Job job, JobFromRow(row, &spec_cache_));
+      by_id.emplace(job.id, std::move(job));
+    }
+    FERRY_ASSIGN_OR_RAISE(
+        Rows flags,
+        c.Query("SELECT j.id, j.preempt_reason, j.preempted_for FROM jobs j WHERE" + open_jobs));
+    std::map<int64_t, std::pair<std::string, int64_t>> preempt;
+    for (const Row& row : flags.rows) preempt[row.Int(0)] = {row.Text(1), row.Int(2)};
+    FERRY_ASSIGN_OR_RAISE(
+        Rows allocs,
+        c.Query("SELECT a.job_id, a.attempt, a.task, a.node_id, n.name, a.gpu_id, g.idx,"
+                " a.started_at_ms FROM allocations a JOIN nodes n ON n.id = a.node_id"
+                " LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.released_at_ms IS NULL"
+                " ORDER BY a.job_id, a.attempt, a.task, g.idx"));
+    for (const Row& row : allocs.rows) {
+      const int64_t job_id = row.Int(0);
+      const int attempt = static_cast<int>(row.Int(1));
+      auto job = by_id.find(job_id);
+      if (job == by_id.end()) continue;  // not in the job read (a commit in between)
+      if (out->empty() || out->back().job.id != job_id || out->back().attempt != attempt) {
+        ActiveAttempt a;
+        a.job = job->second;
+        a.attempt = attempt;
+        a.admitted_at_ms = row.Int(7);
+        const auto& [why, for_job] = preempt[job_id];
+        const bool live = IsLive(a.job.state) && a.job.attempt == attempt;
+        a.terminating = !live || !why.empty();
+        if (live && !why.empty()) {
+          a.preempt_reason = why;
+          a.preempted_for = for_job;
+        }
+        out->push_back(std::move(a));
+      }
+      ActiveAttempt& a = out->back();
+      a.admitted_at_ms = std::min(a.admitted_at_ms, row.Int(7));
+      const int task = static_cast<int>(row.Int(2));
+      if (a.tasks.empty() || a.tasks.back().task != task) {
+        TaskPlacement p;
+        p.task = task;
+        p.node_id = row.Int(3);
+        p.node = row.Text(4);
+        a.tasks.push_back(std::move(p));
+      }
+      if (!row.IsNull(5)) {
+        a.tasks.back().gpu_ids.push_back(row.Int(5));
+        a.tasks.back().gpu_indices.push_back(static_cast<int>(row.Int(6)));
+      }
+    }
+    return Status::OK();
   }
 
   Result<CommitResult> CommitPlacements(const std::vector<Placement>& placements,
@@ -1293,8 +1461,10 @@ class SqlStore final : public Store {
     const TaskRef& ref = report.ref;
     const int64_t at = report.at_ms > 0 ? report.at_ms : now_ms;
     FERRY_ASSIGN_OR_RAISE(
-        Rows job, c.Query("SELECT state, attempt, task_count FROM jobs WHERE id = ?" + ForUpdate(),
-                          {ref.job_id}));
+        Rows job,
+        c.Query("SELECT state, attempt, task_count, preempt_reason FROM jobs WHERE id = ?" +
+                    ForUpdate(),
+                {ref.job_id}));
     if (job.empty() || job[0].Int(1) != ref.attempt) return Status::OK();  // stale: fenced
     auto state = ParseJobState(job[0].Text(0));
     if (!state) return Status::OK();
@@ -1370,6 +1540,9 @@ class SqlStore final : public Store {
     FERRY_RETURN_NOT_OK(AddEvent(c, ref.job_id, at, launch_failed ? "launch_failed" : "task_exited",
                                  std::nullopt, "", what, actor));
     if (!IsLive(*state)) return Status::OK();  // already CANCELLED, TIMEOUT, ...
+    // A preempted attempt's tasks end however they end (the signal, or an
+    // exit after a checkpoint): the job is requeued once the last one is over.
+    if (!job[0].Text(3).empty()) return MaybeFinishPreemption(c, ref.job_id, ref.attempt, now_ms);
     if (launch_failed) {
       return FinishJob(c, ref.job_id, ref.attempt, JobState::kFailed, reason::kLaunchFailed,
                        std::nullopt, what, actor, at);
@@ -1394,8 +1567,10 @@ class SqlStore final : public Store {
   // The node's processes are gone: the live attempts that had unfinished
   // tasks there are lost (requeued, or failed past their retry limit), and
   // every allocation on the node closes. Allocations of those attempts on
-  // other nodes stay open until those agents stop the tasks.
-  Status HandleNodeLoss(Connection& c, int64_t node_id, const std::string& node_name,
+  // other nodes stay open until those agents stop the tasks. `why` is the
+  // lost attempts' reason (NODE_LOST, SPOT_INTERRUPTED); an attempt being
+  // preempted ends as preempted instead.
+  Status HandleNodeLoss(Connection& c, int64_t node_id, std::string_view why,
                         const std::string& message, int64_t now_ms, ExpiryResult* result) {
     FERRY_ASSIGN_OR_RAISE(
         Rows jobs, c.Query("SELECT DISTINCT j.id FROM tasks t JOIN jobs j ON j.id = t.job_id"
@@ -1404,10 +1579,11 @@ class SqlStore final : public Store {
                            {node_id}));
     for (const Row& row : jobs.rows) {
       const int64_t job_id = row.Int(0);
-      FERRY_ASSIGN_OR_RAISE(
-          Rows job,
-          c.Query("SELECT state, attempt, max_retries FROM jobs WHERE id = ?" + ForUpdate(),
-                  {job_id}));
+      FERRY_ASSIGN_OR_RAISE(Rows job,
+                            c.Query("SELECT state, attempt, max_retries, preempt_reason FROM jobs"
+                                    " WHERE id = ?" +
+                                        ForUpdate(),
+                                    {job_id}));
       auto state = ParseJobState(job[0].Text(0));
       if (!state || !IsLive(*state)) continue;
       const int attempt = static_cast<int>(job[0].Int(1));
@@ -1417,36 +1593,23 @@ class SqlStore final : public Store {
                   " WHERE job_id = ? AND attempt = ? AND node_id = ? AND state <> 'exited'",
                   {now_ms, job_id, int64_t{attempt}, node_id})
               .status());
+      if (!job[0].Text(3).empty()) {
+        FERRY_ASSIGN_OR_RAISE(bool requeued, FinishPreemption(c, job_id, attempt, message, now_ms));
+        (requeued ? result->requeued_jobs : result->failed_jobs).push_back(job_id);
+        continue;
+      }
       FERRY_RETURN_NOT_OK(c.Query("UPDATE attempts SET state = 'LOST', reason = ?, ended_at_ms = ?"
                                   " WHERE job_id = ? AND attempt = ?",
-                                  {Str(reason::kNodeLost), now_ms, job_id, int64_t{attempt}})
+                                  {Str(why), now_ms, job_id, int64_t{attempt}})
                               .status());
-      FERRY_RETURN_NOT_OK(AddEvent(c, job_id, now_ms, "state", JobState::kLost, reason::kNodeLost,
-                                   message, "server"));
-      if (attempt - 1 < max_retries) {
-        FERRY_RETURN_NOT_OK(c.Query("UPDATE jobs SET state = 'PENDING', reason = ?, attempt = ?,"
-                                    " admitted_at_ms = 0, started_at_ms = 0 WHERE id = ?",
-                                    {Str(reason::kRequeued), int64_t{attempt + 1}, job_id})
-                                .status());
-        FERRY_RETURN_NOT_OK(
-            c.Query("INSERT INTO attempts (job_id, attempt, state, reason) VALUES (?, ?, ?, ?)",
-                    {job_id, int64_t{attempt + 1}, StateText(JobState::kPending),
-                     Str(reason::kRequeued)})
-                .status());
-        FERRY_RETURN_NOT_OK(AddEvent(c, job_id, now_ms, "state", JobState::kPending,
-                                     reason::kRequeued, "attempt " + std::to_string(attempt + 1),
-                                     "server"));
-        result->requeued_jobs.push_back(job_id);
-      } else {
-        FERRY_RETURN_NOT_OK(
-            c.Query("UPDATE jobs SET state = 'FAILED', reason = ?, finished_at_ms = ? WHERE id = ?",
-                    {Str(reason::kRetryLimit), now_ms, job_id})
-                .status());
-        FERRY_RETURN_NOT_OK(
-            AddEvent(c, job_id, now_ms, "state", JobState::kFailed, reason::kRetryLimit,
-                     "lost after " + std::to_string(max_retries) + " retries", "server"));
-        result->failed_jobs.push_back(job_id);
-      }
+      FERRY_RETURN_NOT_OK(
+          AddEvent(c, job_id, now_ms, "state", JobState::kLost, why, message, "server"));
+      // A lease expiry requeues with REQUEUED (as it always did); other
+      // causes keep their own word so users see why the job went back.
+      const std::string_view requeue_reason = why == reason::kNodeLost ? reason::kRequeued : why;
+      FERRY_ASSIGN_OR_RAISE(
+          bool requeued, Requeue(c, job_id, attempt, max_retries, requeue_reason, "lost", now_ms));
+      (requeued ? result->requeued_jobs : result->failed_jobs).push_back(job_id);
     }
     return c
         .Query(
@@ -1454,6 +1617,78 @@ class SqlStore final : public Store {
             " AND released_at_ms IS NULL",
             {now_ms, node_id})
         .status();
+  }
+
+  // After an attempt ended LOST or PREEMPTED: back to PENDING with attempt + 1
+  // (true), or FAILED with RETRY_LIMIT when no retry is left (false).
+  Result<bool> Requeue(Connection& c, int64_t job_id, int attempt, int64_t max_retries,
+                       std::string_view why, const std::string& what, int64_t now_ms) {
+    if (attempt - 1 < max_retries) {
+      FERRY_RETURN_NOT_OK(c.Query("UPDATE jobs SET state = 'PENDING', reason = ?, attempt = ?,"
+                                  " admitted_at_ms = 0, started_at_ms = 0, preempt_reason = '',"
+                                  " preempted_for = 0, preempt_grace_ms = 0 WHERE id = ?",
+                                  {Str(why), int64_t{attempt + 1}, job_id})
+                              .status());
+      FERRY_RETURN_NOT_OK(
+          c.Query("INSERT INTO attempts (job_id, attempt, state, reason) VALUES (?, ?, ?, ?)",
+                  {job_id, int64_t{attempt + 1}, StateText(JobState::kPending), Str(why)})
+              .status());
+      FERRY_RETURN_NOT_OK(AddEvent(c, job_id, now_ms, "state", JobState::kPending, why,
+                                   "attempt " + std::to_string(attempt + 1), "server"));
+      return true;
+    }
+    FERRY_RETURN_NOT_OK(
+        c.Query("UPDATE jobs SET state = 'FAILED', reason = ?, finished_at_ms = ?,"
+                " preempt_reason = '', preempted_for = 0, preempt_grace_ms = 0 WHERE id = ?",
+                {Str(reason::kRetryLimit), now_ms, job_id})
+            .status());
+    FERRY_RETURN_NOT_OK(AddEvent(c, job_id, now_ms, "state", JobState::kFailed, reason::kRetryLimit,
+                                 what + " after " + std::to_string(max_retries) + " retries",
+                                 "server"));
+    return false;
+  }
+
+  // Ends a preempted attempt (its tasks are over, or its node is gone) and
+  // requeues the job. Returns whether it was requeued (else it failed).
+  Result<bool> FinishPreemption(Connection& c, int64_t job_id, int attempt,
+                                const std::string& message, int64_t now_ms) {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows job,
+        c.Query("SELECT max_retries, preempt_reason, preempted_for FROM jobs WHERE id = ?",
+                {job_id}));
+    const int64_t max_retries = job[0].Int(0);
+    const std::string why = job[0].Text(1);
+    const int64_t for_job = job[0].Int(2);
+    FERRY_RETURN_NOT_OK(
+        c.Query("UPDATE attempts SET state = 'PREEMPTED', reason = ?, ended_at_ms = ?"
+                " WHERE job_id = ? AND attempt = ?",
+                {why, now_ms, job_id, int64_t{attempt}})
+            .status());
+    std::string detail = message;
+    if (detail.empty()) {
+      detail = "preempted";
+      if (for_job > 0) detail += " for job " + std::to_string(for_job);
+    }
+    FERRY_RETURN_NOT_OK(
+        AddEvent(c, job_id, now_ms, "state", JobState::kPreempted, why, detail, "scheduler"));
+    return Requeue(c, job_id, attempt, max_retries, why, "preempted", now_ms);
+  }
+
+  // A task of a preempted attempt ended: when it was the last one, the
+  // attempt ends and the job is requeued.
+  Status MaybeFinishPreemption(Connection& c, int64_t job_id, int attempt, int64_t now_ms) {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows job,
+        c.Query("SELECT state, attempt, preempt_reason FROM jobs WHERE id = ?", {job_id}));
+    if (job.empty() || job[0].Int(1) != attempt || job[0].Text(2).empty()) return Status::OK();
+    auto state = ParseJobState(job[0].Text(0));
+    if (!state || !IsLive(*state)) return Status::OK();
+    FERRY_ASSIGN_OR_RAISE(Rows open,
+                          c.Query("SELECT COUNT(*) FROM tasks WHERE job_id = ? AND attempt = ?"
+                                  " AND state <> 'exited'",
+                                  {job_id, int64_t{attempt}}));
+    if (open[0].Int(0) > 0) return Status::OK();
+    return FinishPreemption(c, job_id, attempt, "", now_ms).status();
   }
 
   Result<TaskAssignment> BuildAssignment(Connection& c, int64_t node_id,

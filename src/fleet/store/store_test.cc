@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "fleet/store/schema.h"
 #include "fleet/store/sql_db.h"
 #include "testing/test_util.h"
 
@@ -1012,6 +1013,271 @@ TEST_P(StoreTest, ConcurrentSubmitsAreAllKeptWithUniqueIds) {
   for (int64_t id : keyed) EXPECT_EQ(id, keyed[0]);
   ASSERT_OK_AND_ASSIGN(JobPage page, store_->ListJobs(Scope::All(), {}, std::nullopt, 1000));
   EXPECT_EQ(page.jobs.size(), static_cast<size_t>(kThreads * kPerThread + 1));
+}
+
+TEST_P(StoreTest, PreemptionStopsWithGraceThenRequeuesOrFails) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("gpu-a", 2, "i1", 1000);
+  JobSpec spec = Spec("victim", 1, 1);
+  spec.preemptible = true;
+  spec.max_retries = 1;
+  Job victim = Submit(ana, spec);
+  Job other = Submit(ana, Spec("other", 1, 1));
+  ASSERT_EQ(Place(victim, {"gpu-a"}).admitted.size(), 1u);
+  ASSERT_EQ(Place(other, {"gpu-a"}).admitted.size(), 1u);
+  Sync("gpu-a", {{victim.id, 0, 1}, {other.id, 0, 1}}, {Started(victim, 0), Started(other, 0)},
+       3000);
+
+  // Fenced by attempt; a running attempt is preempted once.
+  ASSERT_OK_AND_ASSIGN(bool done,
+                       store_->PreemptJob({victim.id, 2, "PREEMPTED_BY_PRIORITY", 99, 5000}, 3100));
+  EXPECT_FALSE(done);
+  PreemptRequest request{victim.id, 1, std::string(reason::kPreemptedByPriority), 99, 5000};
+  ASSERT_OK_AND_ASSIGN(done, store_->PreemptJob(request, 3100));
+  EXPECT_TRUE(done);
+  ASSERT_OK_AND_ASSIGN(done, store_->PreemptJob(request, 3150));
+  EXPECT_FALSE(done);
+  EXPECT_EQ(store_->PreemptJob({victim.id, 1, "", 99, 5000}, 3150).status().code(),
+            StatusCode::kInvalid);
+  auto events = store_->ListEvents(Scope::All(), victim.id, 0, 100);
+  ASSERT_TRUE(events.ok() && events->has_value());
+  int requested = 0;
+  for (const JobEvent& e : **events) {
+    if (e.type != "preempt_requested") continue;
+    ++requested;
+    EXPECT_EQ(e.reason, reason::kPreemptedByPriority);
+    EXPECT_NE(e.message.find("for job 99"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(requested, 1);
+
+  // The scheduler sees it terminating, holding its GPU until the task ends.
+  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_EQ(snap.active.size(), 2u);
+  const ActiveAttempt& a = snap.active[0];
+  EXPECT_EQ(a.job.id, victim.id);
+  EXPECT_EQ(a.attempt, 1);
+  EXPECT_TRUE(a.terminating);
+  EXPECT_EQ(a.preempt_reason, reason::kPreemptedByPriority);
+  EXPECT_EQ(a.preempted_for, 99);
+  EXPECT_EQ(a.admitted_at_ms, 2000);
+  ASSERT_EQ(a.tasks.size(), 1u);
+  EXPECT_EQ(a.tasks[0].node, "gpu-a");
+  EXPECT_EQ(a.tasks[0].gpu_indices.size(), 1u);
+  EXPECT_FALSE(snap.active[1].terminating);
+  EXPECT_EQ(snap.active[1].job.id, other.id);
+
+  // The agent is told to stop the victim (only it) with the preemption's grace.
+  SyncResult sync = Sync("gpu-a", {{victim.id, 0, 1}, {other.id, 0, 1}}, {}, 3200);
+  EXPECT_EQ(sync.stop, (std::vector<TaskRef>{{victim.id, 0, 1}}));
+  EXPECT_EQ(sync.stop_grace_ms, std::optional<int64_t>(5000));
+  EXPECT_TRUE(sync.start.empty());
+  EXPECT_EQ(Get(victim.id).state, JobState::kRunning);
+  EXPECT_EQ(FreeGpus("gpu-a"), 0);
+  // Without a preempted task the default grace applies.
+  EXPECT_FALSE(Sync("gpu-a", {{other.id, 0, 1}}, {}, 3250).stop_grace_ms.has_value());
+
+  // It checkpoints and exits non-zero: not FAILED, but requeued with the reason.
+  Sync("gpu-a", {{other.id, 0, 1}}, {Exited(victim, 0, 143)}, 3300);
+  Job got = Get(victim.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_EQ(got.reason, reason::kPreemptedByPriority);
+  EXPECT_EQ(got.attempt, 2);
+  ASSERT_EQ(got.attempts.size(), 2u);
+  EXPECT_EQ(got.attempts[0].state, JobState::kPreempted);
+  EXPECT_EQ(got.attempts[0].reason, reason::kPreemptedByPriority);
+  EXPECT_EQ(got.attempts[0].placement.size(), 1u);
+  EXPECT_EQ(got.attempts[1].reason, reason::kPreemptedByPriority);
+  EXPECT_EQ(FreeGpus("gpu-a"), 1);
+
+  // Attempt 2 is preempted by fair share and its node is lost: requeue
+  // impossible (max_retries 1), so it fails.
+  ASSERT_EQ(Place(got, {"gpu-a"}, 4000).admitted.size(), 1u);
+  Sync("gpu-a", {{other.id, 0, 1}, {victim.id, 0, 2}}, {Started(victim, 0, 2)}, 4100);
+  ASSERT_OK_AND_ASSIGN(
+      done,
+      store_->PreemptJob({victim.id, 2, std::string(reason::kPreemptedForFairShare), 7, 0}, 4200));
+  EXPECT_TRUE(done);
+  ASSERT_OK_AND_ASSIGN(ExpiryResult lost, store_->ExpireLeases(60'000));
+  EXPECT_EQ(lost.failed_jobs, std::vector<int64_t>{victim.id});
+  got = Get(victim.id);
+  EXPECT_EQ(got.state, JobState::kFailed);
+  EXPECT_EQ(got.reason, reason::kRetryLimit);
+  EXPECT_EQ(got.attempts[1].state, JobState::kPreempted);
+  EXPECT_EQ(got.attempts[1].reason, reason::kPreemptedForFairShare);
+  EXPECT_EQ(
+      Reasons(victim.id),
+      (std::vector<std::string>{"PENDING/SUBMITTED", "ADMITTED/PLACED", "RUNNING/TASKS_STARTED",
+                                "PREEMPTED/PREEMPTED_BY_PRIORITY", "PENDING/PREEMPTED_BY_PRIORITY",
+                                "ADMITTED/PLACED", "RUNNING/TASKS_STARTED",
+                                "PREEMPTED/PREEMPTED_FOR_FAIR_SHARE", "FAILED/RETRY_LIMIT"}));
+  // The other job on the lost node was lost the ordinary way.
+  EXPECT_EQ(Get(other.id).attempts[0].reason, reason::kNodeLost);
+}
+
+TEST_P(StoreTest, PreemptingAnAttemptNoAgentStartedEndsAtTheNextSync) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("gpu-a", 1);
+  JobSpec spec = Spec("queued", 1, 1);
+  spec.preemptible = true;
+  Job job = Submit(ana, spec);
+  ASSERT_EQ(Place(job, {"gpu-a"}).admitted.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(bool done,
+                       store_->PreemptJob({job.id, 1, "PREEMPTED_BY_PRIORITY", 0, 1000}, 2100));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(Get(job.id).state, JobState::kAdmitted);
+  // The agent does not run it: it is not started, and the attempt ends.
+  SyncResult sync = Sync("gpu-a", {}, {}, 2200);
+  EXPECT_TRUE(sync.start.empty());
+  EXPECT_TRUE(sync.stop.empty());
+  Job got = Get(job.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_EQ(got.attempt, 2);
+  EXPECT_EQ(FreeGpus("gpu-a"), 1);
+  // A job that is not live cannot be preempted.
+  ASSERT_OK_AND_ASSIGN(done, store_->PreemptJob({job.id, 2, "PREEMPTED_BY_PRIORITY", 0, 0}, 2300));
+  EXPECT_FALSE(done);
+}
+
+TEST_P(StoreTest, SpotInterruptionRequeuesWithItsOwnReason) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("spot-a", 1);
+  Register("gpu-b", 1);
+  Job job = Submit(ana, Spec("on-spot", 1, 1));
+  ASSERT_EQ(Place(job, {"spot-a"}).admitted.size(), 1u);
+  Sync("spot-a", {{job.id, 0, 1}}, {Started(job, 0)}, 3000);
+  ASSERT_OK_AND_ASSIGN(ExpiryResult none,
+                       store_->MarkNodeLost("nope", "SPOT_INTERRUPTED", "", 3100));
+  EXPECT_TRUE(none.lost_nodes.empty());
+  EXPECT_EQ(store_->MarkNodeLost("spot-a", "", "", 3100).status().code(), StatusCode::kInvalid);
+  ASSERT_OK_AND_ASSIGN(ExpiryResult lost,
+                       store_->MarkNodeLost("spot-a", std::string(reason::kSpotInterrupted),
+                                            "the provider took spot-a back", 3100));
+  EXPECT_EQ(lost.lost_nodes, std::vector<std::string>{"spot-a"});
+  EXPECT_EQ(lost.requeued_jobs, std::vector<int64_t>{job.id});
+  Job got = Get(job.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_EQ(got.reason, reason::kSpotInterrupted);
+  EXPECT_EQ(got.attempt, 2);
+  EXPECT_EQ(got.attempts[0].state, JobState::kLost);
+  EXPECT_EQ(got.attempts[0].reason, reason::kSpotInterrupted);
+  ASSERT_OK_AND_ASSIGN(auto node, store_->GetNode("spot-a"));
+  EXPECT_EQ(node->state, NodeState::kLost);
+  EXPECT_FALSE(node->gpus[0].job_id.has_value());
+  // Not READY any more: a second interruption changes nothing.
+  ASSERT_OK_AND_ASSIGN(none, store_->MarkNodeLost("spot-a", "SPOT_INTERRUPTED", "", 3200));
+  EXPECT_TRUE(none.lost_nodes.empty());
+  // It finishes on another node.
+  ASSERT_EQ(Place(got, {"gpu-b"}, 3300).admitted.size(), 1u);
+  Sync("gpu-b", {{job.id, 0, 2}}, {Started(job, 0, 2)}, 3400);
+  Sync("gpu-b", {}, {Exited(job, 0, 0, std::nullopt, 2)}, 3500);
+  EXPECT_EQ(Get(job.id).state, JobState::kSucceeded);
+}
+
+TEST_P(StoreTest, RemoveNodeOnlyWhenIdleAndItMayComeBack) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("cloud-a", 1);
+  Register("gpu-b", 1);
+  Job job = Submit(ana, Spec("busy", 1, 1));
+  ASSERT_EQ(Place(job, {"cloud-a"}).admitted.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(RemoveNodeOutcome outcome, store_->RemoveNode("cloud-a", 2500));
+  EXPECT_EQ(outcome, RemoveNodeOutcome::kBusy);
+  ASSERT_OK_AND_ASSIGN(outcome, store_->RemoveNode("nope", 2500));
+  EXPECT_EQ(outcome, RemoveNodeOutcome::kNotFound);
+  Sync("cloud-a", {{job.id, 0, 1}}, {Started(job, 0)}, 3000);
+  Sync("cloud-a", {}, {Exited(job, 0, 0)}, 3100);
+  ASSERT_OK_AND_ASSIGN(outcome, store_->RemoveNode("cloud-a", 3200));
+  EXPECT_EQ(outcome, RemoveNodeOutcome::kRemoved);
+  ASSERT_OK_AND_ASSIGN(outcome, store_->RemoveNode("cloud-a", 3300));
+  EXPECT_EQ(outcome, RemoveNodeOutcome::kNotFound);
+  ASSERT_OK_AND_ASSIGN(auto nodes, store_->ListNodes());
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].name, "gpu-b");
+  ASSERT_OK_AND_ASSIGN(auto gone, store_->GetNode("cloud-a"));
+  EXPECT_FALSE(gone.has_value());
+  ASSERT_OK_AND_ASSIGN(bool found, store_->SetDrain("cloud-a", true));
+  EXPECT_FALSE(found);
+  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
+  EXPECT_EQ(snap.all_nodes.size(), 1u);
+  EXPECT_FALSE(Sync("cloud-a", {}, {}, 3400).registered);
+  // The job's history still names the node.
+  EXPECT_EQ(Get(job.id).placement[0].node, "cloud-a");
+  ASSERT_OK_AND_ASSIGN(auto expired, store_->ExpireLeases(99'000));
+  EXPECT_EQ(expired.lost_nodes, std::vector<std::string>{"gpu-b"});
+  // A node of that name registers again: it is back.
+  Node back = Register("cloud-a", 1, "i9", 100'000);
+  EXPECT_EQ(back.state, NodeState::kReady);
+  ASSERT_OK_AND_ASSIGN(nodes, store_->ListNodes());
+  EXPECT_EQ(nodes.size(), 2u);
+}
+
+TEST_P(StoreTest, SnapshotShowsAttemptsThatStillHoldResources) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("gpu-a", 4);
+  JobSpec gang = Spec("gang", 2, 2);
+  gang.priority = 5;
+  Job job = Submit(ana, gang);
+  Job cancelled = Submit(ana, Spec("cancelled", 1, 0));
+  ASSERT_EQ(Place(job, {"gpu-a"}).admitted.size(), 1u);
+  ASSERT_EQ(Place(cancelled, {"gpu-a"}).admitted.size(), 1u);
+  ASSERT_OK(store_->CancelJob(Scope::All(), cancelled.id, "ana", 2500).status());
+  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_EQ(snap.active.size(), 2u);
+  const ActiveAttempt& a = snap.active[0];
+  EXPECT_EQ(a.job.id, job.id);
+  EXPECT_EQ(a.job.spec.priority, 5);
+  EXPECT_EQ(a.job.tenant, "acme");
+  EXPECT_EQ(a.job.team, "ml");
+  EXPECT_EQ(a.job.user, "ana");
+  EXPECT_FALSE(a.terminating);
+  ASSERT_EQ(a.tasks.size(), 2u);
+  EXPECT_EQ(a.tasks[0].gpu_indices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(a.tasks[1].gpu_indices, (std::vector<int>{2, 3}));
+  // Cancelled, its task not yet stopped: it still holds its CPUs.
+  EXPECT_EQ(snap.active[1].job.id, cancelled.id);
+  EXPECT_TRUE(snap.active[1].terminating);
+  EXPECT_TRUE(snap.active[1].preempt_reason.empty());
+  ASSERT_EQ(snap.active[1].tasks.size(), 1u);
+  EXPECT_TRUE(snap.active[1].tasks[0].gpu_ids.empty());
+}
+
+TEST_P(StoreTest, SchemaOneDatabaseMigratesWithItsData) {
+  // A database as the previous release left it: only migration 1.
+  store_.reset();
+  std::unique_ptr<sql::Database> db;
+  if (GetParam() == Backend::kSqlite) {
+    std::filesystem::remove(url_.substr(7));
+    ASSERT_OK_AND_ASSIGN(db, sql::OpenSqlite(url_.substr(7)));
+  } else {
+    ASSERT_OK_AND_ASSIGN(url_, PgServer::Get().NewSchema());
+    ASSERT_OK_AND_ASSIGN(db, sql::OpenPostgres(url_));
+  }
+  const sql::Dialect dialect =
+      GetParam() == Backend::kSqlite ? sql::Dialect::kSqlite : sql::Dialect::kPostgres;
+  {
+    ASSERT_OK_AND_ASSIGN(sql::Lease lease, db->Acquire(true));
+    ASSERT_OK(lease->Begin(true));
+    ASSERT_OK(lease
+                  ->Query("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY,"
+                          " applied_at_ms BIGINT NOT NULL)")
+                  .status());
+    for (const char* statement : sql::Migrations()[0].statements) {
+      ASSERT_OK(lease->Query(sql::ForDialect(dialect, statement)).status());
+    }
+    ASSERT_OK(lease->Query("INSERT INTO schema_migrations VALUES (1, 0)").status());
+    ASSERT_OK(
+        lease->Query("INSERT INTO nodes (name, pool, state) VALUES ('old-node', 'p', 'READY')")
+            .status());
+    ASSERT_OK(lease->Commit());
+  }
+  db.reset();
+  ASSERT_OK_AND_ASSIGN(store_, OpenStore(url_));
+  EXPECT_EQ(store_->schema_version(), sql::Migrations().back().version);
+  EXPECT_GE(store_->schema_version(), 2);
+  ASSERT_OK_AND_ASSIGN(auto nodes, store_->ListNodes());
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].name, "old-node");
+  ASSERT_OK_AND_ASSIGN(RemoveNodeOutcome outcome, store_->RemoveNode("old-node", 5));
+  EXPECT_EQ(outcome, RemoveNodeOutcome::kRemoved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,

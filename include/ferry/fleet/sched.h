@@ -1,0 +1,304 @@
+// The scheduling core (issue 7): one library used by `ferry server` and by
+// the simulator (`ferry sim`) alike. Each cycle takes a snapshot of the world
+// (nodes and their GPUs, running jobs, pending jobs, capacity being
+// provisioned) and returns what to do: placements, preemptions, provisioning
+// requests, idle cloud nodes to scale down, and a reason for every job left
+// pending. The policies (queue ordering, quotas, placement scoring,
+// preemption, backfill, burst) come from a Config that can be replaced at any
+// time without losing the state that spans cycles (decayed usage for fair
+// share, the fair-share preemption rate limit).
+//
+// Times are seconds as doubles on the caller's clock (Unix time in the server,
+// simulated time in the simulator). The core reads no clock of its own except
+// to measure its own run time (CycleStats).
+//
+// Not thread-safe: one thread drives a Scheduler.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/exchange/status.h"
+#include "ferry/fleet/store.h"  // Placement, TaskPlacement, PendingReason
+
+namespace ferry::fleet::sched {
+
+// ---------------------------------------------------------------- config
+
+// The order in which pending jobs are considered.
+enum class Ordering {
+  kFifo,       // priority (higher first), then submission time (older first)
+  kFairShare,  // Slurm Fair Tree: tenant → team → user by shares over decayed usage;
+               // inside one user, priority then age
+  kDrf,        // Dominant Resource Fairness across GPUs, CPUs and memory, by tenant
+               // (weighted by tenant shares); inside a tenant, priority then age
+};
+std::string_view ToString(Ordering ordering);  // "fifo", "fair_share", "drf"
+std::optional<Ordering> ParseOrdering(std::string_view text);
+
+// How a placement is chosen among the nodes (and pools) that fit.
+enum class Scoring {
+  kBinPack,   // the node left fullest (fewest free GPUs after placing); on-prem before cloud
+  kSpread,    // the node left emptiest
+  kCost,      // cheapest GPU-hour among pools meeting the constraints (spot for
+              // preemptible jobs when offered); bin-pack inside a pool
+  kLatency,   // earliest start: free capacity now beats provisioning; between cloud
+              // pools the shortest provisioning delay; bin-pack inside a pool
+  kLocality,  // pools holding all of the job's data sets first; otherwise the
+              // transfer cost (size × transfer_cost_per_gb) is added to the price
+};
+std::string_view ToString(Scoring scoring);  // "binpack", "spread", "cost", "latency", "locality"
+std::optional<Scoring> ParseScoring(std::string_view text);
+
+// What a node of a pool looks like (cloud pools: what a provider creates;
+// on-prem pools in the simulator: every node).
+struct NodeShape {
+  std::string gpu_model = "H200";
+  int gpus = 8;
+  int64_t gpu_memory_mb = 141 * 1024;
+  double cpus = 64;
+  int64_t memory_mb = 1024 * 1024;
+};
+
+struct PoolConfig {
+  std::string name;
+  bool cloud = false;             // nodes come from a provider on demand
+  std::string provider;           // cloud pools: a ProviderConfig name
+  double price_per_gpu_hour = 0;  // on-prem: amortized cost; cloud: what the provider charges
+  bool spot = false;              // spot capacity: cheaper, may be interrupted
+  double provisioning_delay_s = 0;  // expected time from request to a READY node (cloud)
+  int max_nodes = 0;              // cloud: most nodes at once (0: none may be provisioned)
+  int nodes = 0;                  // on-prem, simulator only: how many nodes of `node` shape
+  int nodes_per_domain = 0;       // simulator only: interconnect domain size (0: one domain)
+  NodeShape node;
+  std::vector<std::string> datasets;  // data sets held in this pool (for kLocality)
+  double idle_timeout_s = 300;    // cloud: nodes idle this long are scaled down
+};
+
+// Jobs choose a pool set by name (JobSpec::pool_set / PendingJob::pool_set);
+// the set's scoring policy ranks the nodes of its pools.
+struct PoolSet {
+  std::string name;
+  std::vector<std::string> pools;  // empty: every pool
+  Scoring scoring = Scoring::kBinPack;
+};
+
+// A GPU quota (Kueue-style). `path` is "tenant", "tenant/team" or
+// "tenant/team/user"; a job must fit every quota on its path. Quotas of one
+// cohort lend unused nominal capacity to each other.
+struct QuotaConfig {
+  std::string path;
+  std::string gpu_model;                // empty: all models counted together
+  int nominal_gpus = 0;                 // guaranteed (when the fleet has it)
+  std::optional<int> borrowing_limit;   // most GPUs above nominal borrowed from the cohort; unset: no limit
+  std::optional<int> lending_limit;     // most of its unused nominal lent out; unset: all of it
+  std::string cohort = "default";
+};
+
+// Fair-share weight of a tenant, team or user (same path form). Unlisted: 1.
+struct ShareConfig {
+  std::string path;
+  double shares = 1;
+};
+
+struct DatasetConfig {
+  std::string name;
+  double size_gb = 0;
+};
+
+struct PreemptionConfig {
+  bool priority = true;   // a pending job may preempt preemptible jobs of lower priority
+  bool reclaim = true;    // a job within its nominal quota may preempt jobs running on borrowed quota
+  double grace_s = 30;    // between the signal (SIGTERM) and the kill, for checkpointing
+  // Fair-share (reclaim) preemptions allowed per window; priority preemptions are not limited.
+  int fair_share_max = 10;
+  double fair_share_window_s = 60;
+};
+
+struct BackfillConfig {
+  bool enabled = true;
+  int reservations = 1;  // blocked jobs (in queue order) that get a reserved start
+};
+
+struct BurstConfig {
+  bool enabled = true;
+  double min_pending_s = 0;  // a job waits this long on on-prem before cloud nodes are requested for it
+};
+
+// Provider adapters (include/ferry/fleet/provider.h).
+struct ProviderConfig {
+  std::string name;
+  std::string type = "local";  // "local": real `ferry agent` processes on this machine
+  int max_attempts = 4;        // per call, with exponential back-off and full jitter
+  double backoff_base_s = 0.2;
+  double backoff_max_s = 5;
+  int breaker_failures = 5;    // consecutive failed calls that open the circuit
+  double breaker_open_s = 30;  // then one trial call (half-open)
+  double spot_interruptions_per_hour = 0;  // local: per spot node
+  std::map<std::string, std::string> params;  // type-specific settings
+};
+
+struct Config {
+  Ordering ordering = Ordering::kFifo;
+  std::vector<PoolConfig> pools;     // nodes of unlisted pools: on-prem, price 0
+  std::vector<PoolSet> pool_sets;    // empty: one set "default" of every pool, default_scoring
+  Scoring default_scoring = Scoring::kBinPack;
+  std::vector<QuotaConfig> quotas;
+  std::vector<ShareConfig> shares;
+  std::vector<DatasetConfig> datasets;
+  double transfer_cost_per_gb = 0.02;
+  double usage_half_life_s = 7 * 86400;  // fair-share usage decay
+  PreemptionConfig preemption;
+  BackfillConfig backfill;
+  BurstConfig burst;
+  std::vector<ProviderConfig> providers;
+
+  // Names unique, references resolve (pool sets → pools, cloud pools →
+  // providers), numbers in range. The message names the field
+  // ("pools[2].price_per_gpu_hour: must be >= 0").
+  Status Validate() const;
+};
+
+// ---------------------------------------------------------------- snapshot
+
+struct GpuSlot {
+  int64_t id = 0;     // store id (0 in the simulator is fine)
+  int index = 0;      // on its node
+  std::string model;  // compared case-insensitively
+  int64_t memory_mb = 0;
+  bool free = true;   // no open allocation
+};
+
+struct NodeInfo {
+  int64_t id = 0;
+  std::string name;
+  std::string pool;
+  std::string domain;         // interconnect domain (NVLink/IB island); empty: the node alone
+  std::vector<GpuSlot> gpus;
+  double cpus = 0;            // total
+  int64_t memory_mb = 0;      // total
+  double cpus_used = 0;       // by open allocations
+  int64_t memory_mb_used = 0;
+  bool schedulable = true;    // READY and not drained (others count only for "could ever fit")
+  double idle_since_s = -1;   // when its last task ended (-1: busy, or never used)
+};
+
+struct RunningJob {
+  int64_t job_id = 0;
+  int attempt = 1;
+  std::string tenant, team, user;
+  int priority = 0;
+  bool preemptible = false;
+  double started_s = 0;       // when this attempt was admitted
+  double max_runtime_s = 0;   // 0: unlimited (never ends, for backfill planning)
+  double cpus_per_task = 0;
+  int64_t memory_mb_per_task = 0;
+  std::vector<TaskPlacement> tasks;  // node_id/node and gpu_ids/gpu_indices as placed
+  bool terminating = false;          // signalled (preempted or stopping), resources not yet free
+  int64_t preempted_for = 0;         // when terminating by preemption: the job it makes room for
+};
+
+struct PendingJob {
+  int64_t job_id = 0;
+  int attempt = 1;
+  std::string tenant, team, user;
+  int tasks = 1;
+  int gpus_per_task = 0;
+  std::vector<std::string> gpu_models;  // any of these; empty: any
+  double cpus_per_task = 0;
+  int64_t memory_mb_per_task = 0;
+  int priority = 0;
+  bool preemptible = false;
+  double submitted_s = 0;     // first submission (age; attempts keep it)
+  double max_runtime_s = 0;   // 0: unlimited (never backfilled ahead of a reservation)
+  std::vector<std::string> datasets;
+  std::string topology;       // "" (none), "same_node" or "same_domain": a preference, not a rule
+  std::string pool_set;       // "" : the first pool set
+};
+
+struct Snapshot {
+  double now_s = 0;
+  std::vector<NodeInfo> nodes;          // every node, schedulable or not
+  std::vector<RunningJob> running;      // open allocations, by job
+  std::vector<PendingJob> pending;      // any order: the policy orders them
+  std::map<std::string, int> provisioning;  // pool → nodes requested and not yet registered
+};
+
+// ---------------------------------------------------------------- decision
+
+struct Preemption {
+  int64_t job_id = 0;
+  int attempt = 1;
+  std::string reason;      // reason::kPreemptedByPriority or reason::kPreemptedForFairShare
+  int64_t for_job = 0;     // the pending job it makes room for
+  double grace_s = 0;      // signal now, kill after this
+};
+
+struct ProvisionRequest {
+  std::string pool;
+  int nodes = 0;
+  std::vector<int64_t> for_jobs;
+};
+
+struct ScaleDown {
+  std::string pool;
+  std::string node;
+  double idle_s = 0;
+};
+
+struct CycleStats {
+  int pending = 0;        // jobs in the snapshot
+  int considered = 0;     // jobs the cycle tried to place
+  int placed = 0;
+  int backfilled = 0;     // placed ahead of a reservation
+  int preempted = 0;
+  double elapsed_ms = 0;  // wall time of Cycle()
+};
+
+struct Decision {
+  std::vector<Placement> placements;       // all tasks of each gang, or the job is absent
+  std::vector<Preemption> preemptions;     // running jobs to signal (each job once)
+  std::vector<ProvisionRequest> provision;  // cloud nodes to request now
+  std::vector<ScaleDown> scale_down;       // idle cloud nodes to give back
+  std::vector<PendingReason> pending;      // one per pending job not placed
+  CycleStats stats;
+};
+
+// A tenant, team or user with its fair-share standing (for reports and tests).
+struct ShareStanding {
+  std::string path;
+  double shares = 1;
+  double usage = 0;        // decayed GPU-seconds
+  double fair_share = 0;   // Fair Tree factor in (0, 1]: higher is further below its share, served sooner
+};
+
+class Scheduler {
+ public:
+  // Fails with the Validate() message when the config is invalid.
+  static Result<std::unique_ptr<Scheduler>> Make(Config config);
+  virtual ~Scheduler() = default;
+
+  // Replaces the policies. Usage history and the preemption rate limit carry
+  // over. An invalid config is refused and the old one stays.
+  virtual Status Reconfigure(Config config) = 0;
+  virtual const Config& config() const = 0;
+
+  // One scheduling cycle. Also advances decayed usage to snapshot.now_s from
+  // the running jobs (so call it with non-decreasing now_s).
+  virtual Decision Cycle(const Snapshot& snapshot) = 0;
+
+  // The soft quota check at submission: an error text when the job can never
+  // run under its quotas (more GPUs than nominal + borrowing limit on some
+  // quota of its path), nullopt otherwise. Scheduling checks quotas hard.
+  virtual std::optional<std::string> CheckSubmission(const PendingJob& job) const = 0;
+
+  // Fair-share standing of every tenant, team and user seen so far.
+  virtual std::vector<ShareStanding> FairShare() const = 0;
+};
+
+}  // namespace ferry::fleet::sched

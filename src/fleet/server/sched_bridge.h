@@ -1,0 +1,55 @@
+// Between the store and the scheduling core (include/ferry/fleet/sched.h):
+// the core's Snapshot built from the store's, the idle time of nodes, cloud
+// pool shapes for the submission check, and the JSON of GET /v1/scheduler.
+// Internal to src/fleet/server; free of HTTP state so the tests reach it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ferry/fleet/model.h"
+#include "ferry/fleet/sched.h"
+#include "ferry/fleet/store.h"
+
+namespace ferry::fleet::server_internal {
+
+// Since when each node has held no allocation. A node seen busy forgets its
+// time; a node first seen free (new, or free when the server started) counts
+// from that moment, so a restart never scales a node down early.
+class IdleTracker {
+ public:
+  // `busy`: ids of nodes with an open allocation.
+  void Update(const std::vector<Node>& nodes, const std::map<int64_t, NodeUsage>& busy,
+              int64_t now_ms);
+  // -1 while busy or unknown.
+  int64_t IdleSinceMs(int64_t node_id) const;
+
+ private:
+  std::unordered_map<int64_t, int64_t> idle_since_ms_;
+};
+
+// The scheduler's view of a job waiting (or about to be submitted).
+sched::PendingJob ToPendingJob(const Job& job);
+
+// The core's snapshot: every node (schedulable = READY and not drained),
+// attempts holding resources as running jobs, PENDING jobs, and the nodes
+// being provisioned per pool. Times in seconds.
+sched::Snapshot BuildSnapshot(const SchedulingSnapshot& store_snapshot, int64_t now_ms,
+                              const std::map<std::string, int>& provisioning,
+                              const IdleTracker& idle);
+
+// Nodes a cloud pool could add (its shape, up to `max_per_pool` and the
+// pool's max_nodes), for "could this job ever fit" at submission. Only with
+// burst enabled.
+std::vector<Node> CloudPoolNodes(const sched::Config& config, int max_per_pool);
+
+// ---- GET /v1/scheduler.
+nlohmann::json SchedulerConfigJson(const sched::Config& config);
+nlohmann::json CycleStatsJson(const sched::CycleStats& stats);
+nlohmann::json FairShareJson(const std::vector<sched::ShareStanding>& standings);
+
+}  // namespace ferry::fleet::server_internal
