@@ -292,6 +292,9 @@ struct FleetCommands::State {
   std::string working_dir;
   std::string dataflow;
   std::string idempotency_key;
+  std::string topology;
+  std::vector<std::string> datasets;
+  std::string pool_set;
 
   // jobs
   CLI::App* jobs_cmd = nullptr;
@@ -310,6 +313,7 @@ struct FleetCommands::State {
 
   CLI::App* nodes_cmd = nullptr;
   CLI::App* whoami_cmd = nullptr;
+  CLI::App* scheduler_cmd = nullptr;
 
   CLI::App* admin_cmd = nullptr;
   CLI::App* admin_user_add = nullptr;
@@ -348,6 +352,7 @@ struct FleetCommands::State {
   int Cancel(Client& client, int64_t id);
   int Nodes(Client& client);
   int Whoami(Client& client);
+  int Scheduler(Client& client);
   int AdminUserAdd(Client& client);
 };
 
@@ -440,6 +445,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.submit_cmd->add_flag("--preemptible", s.preemptible, "May be preempted by higher priorities");
   s.submit_cmd->add_option("--working-dir", s.working_dir, "Working directory on the node");
   s.submit_cmd->add_option("--dataflow", s.dataflow, "Run this dataflow file with `ferry run`");
+  s.submit_cmd->add_option("--topology", s.topology,
+                           "Gang placement preference: same_node or same_domain");
+  s.submit_cmd->add_option("--dataset", s.datasets, "Data set the job reads (repeatable)");
+  s.submit_cmd->add_option("--pool-set", s.pool_set, "Pool set of the scheduler config");
   s.submit_cmd->add_option("--idempotency-key", s.idempotency_key,
                            "Retry-safe key: resubmitting with it returns the same job");
 
@@ -472,6 +481,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.whoami_cmd = app.add_subcommand("whoami", "Show the identity of the token");
   s.AddConnection(s.whoami_cmd);
 
+  s.scheduler_cmd = app.add_subcommand(
+      "scheduler", "Scheduler state: policies, last cycle, fair share, providers (admins)");
+  s.AddConnection(s.scheduler_cmd);
+
   s.admin_cmd = app.add_subcommand("admin", "Administration (platform admins)");
   s.admin_cmd->require_subcommand(1);
   CLI::App* admin_user = s.admin_cmd->add_subcommand("user", "Users");
@@ -496,7 +509,7 @@ int FleetCommands::Run() {
   if (s.server_cmd->parsed()) return s.RunServer();
   if (s.agent_cmd->parsed()) return s.RunAgent();
   for (CLI::App* command : {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd,
-                            s.nodes_cmd, s.whoami_cmd, s.admin_user_add}) {
+                            s.nodes_cmd, s.whoami_cmd, s.scheduler_cmd, s.admin_user_add}) {
     if (command->parsed()) return s.RunUser();
   }
   return -1;
@@ -556,6 +569,7 @@ int FleetCommands::State::RunUser() {
   if (cancel_cmd->parsed()) return Cancel(client, id);
   if (nodes_cmd->parsed()) return Nodes(client);
   if (whoami_cmd->parsed()) return Whoami(client);
+  if (scheduler_cmd->parsed()) return Scheduler(client);
   return AdminUserAdd(client);
 }
 
@@ -592,6 +606,9 @@ int FleetCommands::State::Submit(Client& client) {
   if (given("--max-retries")) body["max_retries"] = max_retries;
   if (given("--preemptible")) body["preemptible"] = preemptible;
   if (given("--working-dir")) body["working_dir"] = working_dir;
+  if (given("--topology")) body["topology"] = topology;
+  if (!datasets.empty()) body["datasets"] = datasets;
+  if (given("--pool-set")) body["pool_set"] = pool_set;
   if (!gpu_models.empty()) body["gpu_models"] = gpu_models;
   for (const auto& [flag, values, field] :
        {std::tuple{"--env", &env, "env"}, std::tuple{"--label", &labels, "labels"}}) {
@@ -808,6 +825,59 @@ int FleetCommands::State::Nodes(Client& client) {
                     Field(node, "cpus"), Field(node, "memory_mb"), Age(node, "last_heartbeat")});
   }
   std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::Scheduler(Client& client) {
+  auto response = client.Get("/v1/scheduler");
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  auto fixed = [](const json& object, const char* key, int digits) {
+    auto it = object.find(key);
+    if (it == object.end() || !it->is_number()) return std::string("-");
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.*f", digits, it->get<double>());
+    return std::string(text);
+  };
+  const json& body = response->body;
+  const json config = body.value("config", json::object());
+  std::cout << "ordering " << Field(config, "ordering") << ", default scoring "
+            << Field(config, "default_scoring") << ", config "
+            << (body.contains("config_file") && body["config_file"].is_string()
+                    ? body["config_file"].get<std::string>()
+                    : std::string("(built-in defaults)"))
+            << "\n";
+  if (body.contains("config_error") && body["config_error"].is_string()) {
+    std::cout << "config error (previous config in force): "
+              << body["config_error"].get<std::string>() << "\n";
+  }
+  const json cycle = body.value("last_cycle", json::object());
+  std::cout << "last cycle: " << Field(cycle, "pending") << " pending, "
+            << Field(cycle, "placed") << " placed, " << Field(cycle, "backfilled")
+            << " backfilled, " << Field(cycle, "preempted") << " preempted in "
+            << fixed(cycle, "elapsed_ms", 2) << " ms; preemptions so far "
+            << Field(body, "preemptions_total") << "\n";
+  std::vector<std::vector<std::string>> shares = {{"PATH", "SHARES", "USAGE_GPU_S", "FAIR_SHARE"}};
+  for (const auto& entry : body.value("fair_share", json::array())) {
+    shares.push_back({Field(entry, "path"), fixed(entry, "shares", 2),
+                      fixed(entry, "usage_gpu_seconds", 1), fixed(entry, "fair_share", 3)});
+  }
+  if (shares.size() > 1) std::cout << "\n" << FormatTable(shares);
+  std::vector<std::vector<std::string>> providers = {
+      {"PROVIDER", "BREAKER", "CALLS", "RETRIES", "FAILURES", "LIVE_NODES"}};
+  for (const auto& p : body.value("providers", json::array())) {
+    int live = 0;
+    for (const auto& node : p.value("nodes", json::array())) {
+      live += node.value("state", "") != "terminated";
+    }
+    providers.push_back({Field(p, "name"), Field(p, "breaker"), Field(p, "calls"),
+                         Field(p, "retries"), Field(p, "failures"),
+                         std::to_string(live)});
+  }
+  if (providers.size() > 1) std::cout << "\n" << FormatTable(providers);
   return kExitOk;
 }
 

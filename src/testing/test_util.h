@@ -4,8 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -36,6 +42,32 @@ class CounterDelta {
 
  private:
   std::vector<int64_t> start_;
+};
+
+// A fresh directory under the system's temporary directory, named
+// "<prefix>-XXXXXX" by mkdtemp, removed with its contents on destruction.
+// path() is empty when it could not be created (tests ASSERT_TRUE(dir.ok())).
+class ScratchDir {
+ public:
+  explicit ScratchDir(std::string_view prefix = "ferry-test") {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / (std::string(prefix) + "-XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  bool ok() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  // path() + "/" + name.
+  std::string operator/(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  std::string path_;
 };
 
 // n values start, start+1, ...: their sum.

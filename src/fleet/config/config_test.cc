@@ -382,12 +382,10 @@ TEST(SchedConfigErrors, LoadNamesTheFile) {
 class WatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "ferry-watch-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/fleet.yaml";
+    ASSERT_TRUE(scratch_.ok());
+    dir_ = scratch_.path();
+    path_ = scratch_ / "fleet.yaml";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Writes `text` and, when `mtime` is given, sets that modification time.
   void Write(const std::string& text, const struct timespec* mtime = nullptr) {
@@ -403,6 +401,7 @@ class WatcherTest : public ::testing::Test {
     return info.st_mtim;
   }
 
+  ferry::testing::ScratchDir scratch_{"ferry-watch"};
   std::string dir_, path_;
 };
 

@@ -562,14 +562,10 @@ class TestServer {
 class LocalProviderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "ferry-provider-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_TRUE(scratch_.ok());
+    dir_ = scratch_.path();
     // Unique per process, so that concurrent test runs never see each other's agents.
     prefix_ = "pt" + std::to_string(getpid());
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   LocalProviderOptions Options(const std::string& server_url) const {
@@ -604,6 +600,7 @@ class LocalProviderTest : public ::testing::Test {
     return out;
   }
 
+  ferry::testing::ScratchDir scratch_{"ferry-provider-test"};
   std::string dir_;
   std::string prefix_;
 };

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -64,9 +65,8 @@ class TestServer {
   explicit TestServer(const std::function<void(ServerOptions&)>& customize = {},
                       std::string dir = "") {
     if (dir.empty()) {
-      std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
-      dir_ = mkdtemp(pattern.data()) ? pattern : "";
-      owns_dir_ = true;
+      scratch_.emplace("ferry-server-test");
+      dir_ = scratch_->path();
     } else {
       dir_ = dir;
     }
@@ -92,7 +92,6 @@ class TestServer {
   }
   ~TestServer() {
     (void)Stop();
-    if (owns_dir_ && !keep_dir_) fs::remove_all(dir_);
   }
   Status Stop() {
     stop_ = true;
@@ -105,7 +104,6 @@ class TestServer {
   const std::string& dir() const { return dir_; }
   const std::string& admin() const { return admin_token_; }
   const std::string& agent() const { return agent_token_; }
-  void keep_dir() { keep_dir_ = true; }
 
   Reply Send(const std::string& method, const std::string& path, const std::string& token,
              const std::string& body = "", const std::string& content_type = "application/json",
@@ -156,8 +154,7 @@ class TestServer {
  private:
   ServerOptions options_;
   std::string dir_;
-  bool owns_dir_ = false;
-  bool keep_dir_ = false;
+  std::optional<ferry::testing::ScratchDir> scratch_;  // when the test gave no directory
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
   Status status_;
@@ -221,13 +218,13 @@ TEST(FleetServer, BootstrapHealthAndPortFile) {
 }
 
 TEST(FleetServer, RestartKeepsTokensAndJobs) {
-  std::string dir;
+  ferry::testing::ScratchDir scratch("ferry-server-test");
+  ASSERT_TRUE(scratch.ok());
+  const std::string& dir = scratch.path();
   std::string admin;
   {
-    TestServer first;
+    TestServer first({}, dir);
     ASSERT_TRUE(first.ok());
-    first.keep_dir();
-    dir = first.dir();
     admin = first.admin();
     ASSERT_EQ(first.Post("/v1/jobs", admin, SimpleJob()).status, 201);
   }
@@ -238,7 +235,6 @@ TEST(FleetServer, RestartKeepsTokensAndJobs) {
     EXPECT_EQ(second.Get("/v1/whoami", admin).status, 200);
     EXPECT_EQ(second.CountJobs(), 1u);
   }
-  fs::remove_all(dir);
 }
 
 TEST(FleetServer, AuthenticationFailures) {
@@ -842,8 +838,9 @@ TEST(FleetServer, StopsPromptlyWithLongPollsOpen) {
 }
 
 TEST(FleetServer, StopsOnSigterm) {
-  std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
-  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  ferry::testing::ScratchDir scratch("ferry-server-test");
+  ASSERT_TRUE(scratch.ok());
+  const std::string& pattern = scratch.path();
   ServerOptions options;
   options.store_url = "sqlite:" + pattern + "/fleet.db";
   options.port = 0;
@@ -862,7 +859,6 @@ TEST(FleetServer, StopsOnSigterm) {
   runner.join();
   EXPECT_TRUE(listening);
   ASSERT_OK(status);
-  fs::remove_all(pattern);
 }
 
 // ---- Scheduling with the core (issue 7).
@@ -1028,8 +1024,9 @@ TEST(FleetServer, SchedulerStatusIsForPlatformAdmins) {
 }
 
 TEST(FleetServer, RefusesABrokenSchedulerConfig) {
-  std::string pattern = (fs::temp_directory_path() / "ferry-server-test-XXXXXX").string();
-  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  ferry::testing::ScratchDir scratch("ferry-server-test");
+  ASSERT_TRUE(scratch.ok());
+  const std::string& pattern = scratch.path();
   ServerOptions options;
   options.store_url = "sqlite:" + pattern + "/fleet.db";
   options.port = 0;
@@ -1041,7 +1038,6 @@ TEST(FleetServer, RefusesABrokenSchedulerConfig) {
   Status status = RunServer(options, nullptr, false);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("ordering"), std::string::npos) << status.ToString();
-  fs::remove_all(pattern);
 }
 
 TEST(FleetServer, RefusesBadOptions) {

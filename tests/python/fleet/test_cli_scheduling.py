@@ -1,0 +1,54 @@
+"""The CLI's scheduling flags and `ferry scheduler` against a real server:
+hints reach the job, bad hints are refused with the server's message, and the
+scheduler summary shows the config in force."""
+
+import json
+import subprocess
+
+import harness
+
+
+def ferry(server, *args, token=None):
+    """Runs the CLI; the connection flags go before a `--` command."""
+    args = list(args)
+    cut = args.index("--") if "--" in args else len(args)
+    connection = ["--server", server.url, "--token", token or server.admin_token]
+    return subprocess.run([harness.FERRY, *args[:cut], *connection, *args[cut:]],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_submit_hints_reach_the_job(fleet):
+    server = fleet.server("sqlite", extra_args=["--rate", "0"])
+    done = ferry(server, "submit", "--json", "--gpus", "1", "--tasks", "2",
+                 "--topology", "same_domain", "--dataset", "imagenet", "--dataset", "laion",
+                 "--pool-set", "training", "--", "true")
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    spec = server.admin("GET", f"/v1/jobs/{job['id']}")["spec"]
+    assert spec["topology"] == "same_domain"
+    assert spec["datasets"] == ["imagenet", "laion"]
+    assert spec["pool_set"] == "training"
+
+
+def test_a_bad_topology_is_refused_with_the_servers_reason(fleet):
+    server = fleet.server("sqlite", extra_args=["--rate", "0"])
+    refused = ferry(server, "submit", "--topology", "same_rack", "--", "true")
+    assert refused.returncode == 1
+    assert "topology" in refused.stderr, refused.stderr
+    assert server.all_job_ids() == []
+
+
+def test_scheduler_summary_shows_the_config_in_force(fleet, tmp_path):
+    config = tmp_path / "scheduler.yaml"
+    config.write_text("ordering: drf\ndefault_scoring: spread\n")
+    server = fleet.server("sqlite", extra_args=["--rate", "0", "--scheduler-config", config])
+    shown = ferry(server, "scheduler")
+    assert shown.returncode == 0, shown.stderr
+    assert "ordering drf, default scoring spread" in shown.stdout
+    assert str(config) in shown.stdout
+    as_json = json.loads(ferry(server, "scheduler", "--json").stdout)
+    assert as_json["config"]["ordering"] == "drf"
+    # Users are not platform admins: the summary is refused.
+    token = server.create_user("ana")
+    denied = ferry(server, "scheduler", token=token)
+    assert denied.returncode == 1
