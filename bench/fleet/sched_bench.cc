@@ -4,10 +4,13 @@
 // reservations). Reports decision latency and placements per second.
 //
 //   ferry_sched_bench [--nodes N] [--jobs N] [--repeat N] [--fleet empty|busy|both] [--reasons]
-//                     [--quick]
+//                     [--ordering fifo|fair_share|drf] [--seed N] [--quick]
 //
 // A plain program (no Google Benchmark): each cell is the median of
-// --repeat cycles, each on a fresh Scheduler so no state carries over.
+// --repeat cycles, each on a fresh Scheduler so no state carries over. The
+// "digest" column hashes the whole Decision (placements with their GPUs,
+// preemptions, pending reasons with messages, provisioning, scale-down): two
+// builds that print the same digest for the same input decided the same.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,8 +18,10 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/fleet/sched.h"
@@ -32,8 +37,85 @@ struct Options {
   int repeat = 5;
   bool empty = true;
   bool busy = true;
-  bool reasons = false;  // print how many jobs were left pending for each reason
+  bool reasons = false;              // print how many jobs were left pending for each reason
+  std::optional<Ordering> ordering;  // only this one (default: all three)
+  uint32_t seed = 42;
 };
+
+// FNV-1a over everything a Decision says, in order.
+class Digest {
+ public:
+  void Add(std::string_view text) {
+    Add(static_cast<uint64_t>(text.size()));
+    for (char c : text) Byte(static_cast<unsigned char>(c));
+  }
+  void Add(uint64_t value) {
+    for (int i = 0; i < 8; ++i) Byte(static_cast<unsigned char>(value >> (8 * i)));
+  }
+  void Add(double value) {
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    Add(bits);
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  void Byte(unsigned char b) {
+    hash_ ^= b;
+    hash_ *= 1099511628211ull;
+  }
+  uint64_t hash_ = 1469598103934665603ull;
+};
+
+uint64_t DigestOf(const Decision& d) {
+  Digest h;
+  h.Add(static_cast<uint64_t>(d.placements.size()));
+  for (const Placement& p : d.placements) {
+    h.Add(static_cast<uint64_t>(p.job_id));
+    h.Add(static_cast<uint64_t>(p.attempt));
+    h.Add(static_cast<uint64_t>(p.tasks.size()));
+    for (const TaskPlacement& t : p.tasks) {
+      h.Add(static_cast<uint64_t>(t.task));
+      h.Add(static_cast<uint64_t>(t.node_id));
+      h.Add(t.node);
+      h.Add(static_cast<uint64_t>(t.gpu_ids.size()));
+      for (int64_t id : t.gpu_ids) h.Add(static_cast<uint64_t>(id));
+      h.Add(static_cast<uint64_t>(t.gpu_indices.size()));
+      for (int index : t.gpu_indices) h.Add(static_cast<uint64_t>(index));
+    }
+  }
+  h.Add(static_cast<uint64_t>(d.preemptions.size()));
+  for (const Preemption& p : d.preemptions) {
+    h.Add(static_cast<uint64_t>(p.job_id));
+    h.Add(static_cast<uint64_t>(p.attempt));
+    h.Add(p.reason);
+    h.Add(static_cast<uint64_t>(p.for_job));
+    h.Add(p.grace_s);
+  }
+  h.Add(static_cast<uint64_t>(d.provision.size()));
+  for (const ProvisionRequest& p : d.provision) {
+    h.Add(p.pool);
+    h.Add(static_cast<uint64_t>(p.nodes));
+    for (int64_t id : p.for_jobs) h.Add(static_cast<uint64_t>(id));
+  }
+  h.Add(static_cast<uint64_t>(d.scale_down.size()));
+  for (const ScaleDown& s : d.scale_down) {
+    h.Add(s.pool);
+    h.Add(s.node);
+    h.Add(s.idle_s);
+  }
+  h.Add(static_cast<uint64_t>(d.pending.size()));
+  for (const PendingReason& r : d.pending) {
+    h.Add(static_cast<uint64_t>(r.job_id));
+    h.Add(r.reason);
+    h.Add(r.message);
+  }
+  const CycleStats& st = d.stats;
+  for (int v : {st.pending, st.considered, st.placed, st.backfilled, st.preempted}) {
+    h.Add(static_cast<uint64_t>(v));
+  }
+  return h.value();
+}
 
 // CPU time of this thread: the machine may be shared, wall time then overstates.
 double ThreadCpuMs() {
@@ -211,6 +293,14 @@ int main(int argc, char** argv) {
       std::string which = argv[++i];
       o.empty = which != "busy";
       o.busy = which != "empty";
+    } else if (arg == "--ordering") {
+      if (i + 1 >= argc || !ParseOrdering(argv[i + 1]).has_value()) {
+        std::fprintf(stderr, "--ordering needs fifo, fair_share or drf\n");
+        return 2;
+      }
+      o.ordering = ParseOrdering(argv[++i]);
+    } else if (arg == "--seed") {
+      o.seed = static_cast<uint32_t>(next());
     } else if (arg == "--reasons") {
       o.reasons = true;
     } else if (arg == "--quick") {
@@ -220,7 +310,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--nodes N] [--jobs N] [--repeat N] [--fleet empty|busy|both] "
-                   "[--reasons] [--quick]\n",
+                   "[--reasons] [--ordering fifo|fair_share|drf] [--seed N] [--quick]\n",
                    argv[0]);
       return 2;
     }
@@ -229,18 +319,21 @@ int main(int argc, char** argv) {
       "scheduling core: %d nodes x 8 GPUs, %d pending jobs (gangs of 1-8 tasks x 1-8 GPUs,\n"
       "10 tenants with quotas and shares); median of %d cycles\n\n",
       o.nodes, o.jobs, o.repeat);
-  std::printf("%-10s %-11s %8s %10s %8s %9s %9s %9s %8s %12s\n", "fleet", "ordering", "running",
-              "considered", "placed", "preempted", "cycle ms", "min ms", "cpu ms", "placements/s");
+  std::printf("%-10s %-11s %8s %10s %8s %9s %9s %9s %8s %12s  %-16s\n", "fleet", "ordering",
+              "running", "considered", "placed", "preempted", "cycle ms", "min ms", "cpu ms",
+              "placements/s", "digest");
   for (bool busy : {false, true}) {
     if ((busy && !o.busy) || (!busy && !o.empty)) continue;
-    Snapshot snapshot = MakeSnapshot(o, busy, 42);
+    Snapshot snapshot = MakeSnapshot(o, busy, o.seed);
     for (Ordering ordering : {Ordering::kFifo, Ordering::kFairShare, Ordering::kDrf}) {
+      if (o.ordering.has_value() && *o.ordering != ordering) continue;
       Cell c = Measure(o, ordering, snapshot);
       const CycleStats& st = c.last.stats;
-      std::printf("%-10s %-11s %8zu %10d %8d %9d %9.1f %9.1f %8.1f %12.0f\n",
+      std::printf("%-10s %-11s %8zu %10d %8d %9d %9.1f %9.1f %8.1f %12.0f  %016llx\n",
                   busy ? "90% full" : "empty", std::string(ToString(ordering)).c_str(),
                   snapshot.running.size(), st.considered, st.placed, st.preempted, c.median_ms,
-                  c.min_ms, c.cpu_ms, c.median_ms > 0 ? st.placed / (c.median_ms / 1000.0) : 0.0);
+                  c.min_ms, c.cpu_ms, c.median_ms > 0 ? st.placed / (c.median_ms / 1000.0) : 0.0,
+                  static_cast<unsigned long long>(DigestOf(c.last)));
       if (o.reasons) {
         std::map<std::string, int> counts;
         for (const PendingReason& r : c.last.pending) counts[r.reason]++;

@@ -7,6 +7,7 @@
 #   1. contended: 4 equally weighted tenants with different job shapes on 128 GPUs
 #      (fifo, fair_share, drf, fair_share+cost)
 #   2. uniform:   4 equally weighted tenants, one mixed distribution, 128 GPUs
+#   2b. flood:    one tenant floods the queue with long jobs, three submit short ones, 128 GPUs
 #   3. philly:    a Philly-shaped trace (8 VCs, heavy-tailed run times) on 256 GPUs
 #   4. burst:     128 on-prem GPUs + on-demand + spot cloud: "on-prem first, then the
 #                 cheapest on-demand cloud" vs cost-optimized (min_pending_s 600 and 0),
@@ -81,6 +82,17 @@ sim "Uniform: 4 tenants, one mixed distribution, equal weights, 128 GPUs" \
   "$results/uniform" --config "$ex/contended/cluster.yaml" \
   --synthetic "$ex/contended/uniform.yaml" --policy "$policies"
 
+sim "Flood: one tenant floods the queue with long jobs, three submit short ones, 128 GPUs" \
+  "$results/flood" --config "$ex/contended/cluster.yaml" \
+  --synthetic "$ex/flood/tenant-batch.yaml" --synthetic "$ex/flood/tenant-dev.yaml" \
+  --synthetic "$ex/flood/tenant-notebook.yaml" --synthetic "$ex/flood/tenant-ci.yaml" \
+  --policy "$policies"
+echo
+for p in fifo fair_share drf fair_share+cost; do
+  echo "    $p: $(tail -n +2 "$results/flood/$p/tenants.csv" |
+    awk -F, '{printf "%s %.2f/%.2f  ", $1, $9, $4}')"
+done
+
 sim "Philly-shaped: 8 virtual clusters, 256 GPUs" \
   "$results/philly" --config "$ex/philly/cluster.yaml" --synthetic "$ex/philly/workload.yaml" \
   --policy "$policies"
@@ -99,6 +111,12 @@ echo
 echo "Cloud spend per run (cost_cloud, cloud_gpu_hours from runs.csv):"
 echo
 awk -F, 'NR > 1 {printf "    %s: cloud $%.0f, %.0f cloud GPU-hours, total $%.0f\n", $1, $18, $20, $19}' \
+  "$results/burst/runs.csv"
+echo
+echo "Cost-optimized vs on-prem first (first row): cloud bill and total cost ratios, avg JCT:"
+echo
+awk -F, 'NR == 2 {c = $18; t = $19; j = $8}
+  NR > 2 {printf "    %s: cloud %.2f×, total %.2f×, avg JCT %.2f×\n", $1, $18 / c, $19 / t, $8 / j}' \
   "$results/burst/runs.csv"
 
 # The same with checkpointing: preempted and interrupted jobs keep their work

@@ -123,6 +123,11 @@ struct PreemptionConfig {
 struct BackfillConfig {
   bool enabled = true;
   int reservations = 1;  // blocked jobs (in queue order) that get a reserved start
+  // When a blocked job's start cannot be planned (the capacity it needs is held
+  // by jobs without a max runtime), still hold the nodes it would use: jobs
+  // behind it may take only what the blocked job will not need there (drain).
+  // false: no reservation then, and nothing behind it is held back.
+  bool drain = true;
 };
 
 struct BurstConfig {

@@ -83,6 +83,7 @@ preemption:
 backfill:
   enabled: false
   reservations: 5
+  drain: false
 burst:
   enabled: false
   min_pending_s: 20
@@ -166,6 +167,7 @@ TEST(SchedConfig, FullConfigParsesEveryField) {
   EXPECT_DOUBLE_EQ(c.preemption.fair_share_window_s, 90);
   EXPECT_FALSE(c.backfill.enabled);
   EXPECT_EQ(c.backfill.reservations, 5);
+  EXPECT_FALSE(c.backfill.drain);
   EXPECT_FALSE(c.burst.enabled);
   EXPECT_DOUBLE_EQ(c.burst.min_pending_s, 20);
 
@@ -204,6 +206,7 @@ TEST(SchedConfig, EachSectionAlone) {
   ASSERT_OK_AND_ASSIGN(auto backfill, ParseSchedulerConfig("backfill: {reservations: 0}\n", "a"));
   EXPECT_EQ(backfill.backfill.reservations, 0);
   EXPECT_TRUE(backfill.backfill.enabled);
+  EXPECT_TRUE(backfill.backfill.drain);  // the default
   ASSERT_OK_AND_ASSIGN(auto burst, ParseSchedulerConfig("burst: {enabled: False}\n", "a"));
   EXPECT_FALSE(burst.burst.enabled);
   ASSERT_OK_AND_ASSIGN(auto shares,

@@ -440,9 +440,10 @@ Status ReadConfig(Parser& p, const Ref& root, sched::Config* config) {
         }
         if (key == "backfill") {
           auto& backfill = config->backfill;
-          return p.Mapping(value, at, {"enabled", "reservations"},
+          return p.Mapping(value, at, {"enabled", "reservations", "drain"},
                            [&](const std::string& k, const Ref& v, const std::string& a) {
                              if (k == "enabled") return p.Bool(v, a, &backfill.enabled);
+                             if (k == "drain") return p.Bool(v, a, &backfill.drain);
                              return p.Int(v, a, &backfill.reservations);
                            });
         }

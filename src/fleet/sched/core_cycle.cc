@@ -276,6 +276,7 @@ class CycleRun {
                   const std::vector<int>& victims);
   void Preempt(int index, const std::vector<int>& victims, std::string_view why);
   void TryReserve(int index, const JobInfo& job, const std::vector<int>& models);
+  void Drain(int index, const JobInfo& job, const std::vector<int>& models);
 
   // ---- after the loop
   void Burst();
@@ -1253,7 +1254,9 @@ uint64_t CycleRun::MaskFor(const JobInfo& job) const {
   uint64_t mask = 0;
   if (!(job.max_runtime_s > 0) || !std::isfinite(job.max_runtime_s)) return 0;
   for (size_t r = 0; r < reservations_.size(); ++r) {
-    if (now_ + job.max_runtime_s <= reservations_[r].start_s) mask |= uint64_t{1} << r;
+    // A draining reservation (no planned start) lets nothing ahead of it.
+    const double start = reservations_[r].start_s;
+    if (std::isfinite(start) && now_ + job.max_runtime_s <= start) mask |= uint64_t{1} << r;
   }
   return mask;
 }
@@ -1429,10 +1432,17 @@ void CycleRun::Schedule(int index) {
       if (Search(job, p, m, all, &picks, &found)) {
         for (size_t r = 0; r < reservations_.size(); ++r) {
           if ((mask >> r) & 1) continue;
+          const Reservation& res = reservations_[r];
+          if (!std::isfinite(res.start_s)) {
+            SetReason(index, reason::kPolicy,
+                      "held for job " + std::to_string(res.job_id) +
+                          " (draining: its start cannot be planned, jobs without a max runtime "
+                          "hold the capacity it needs)");
+            return;
+          }
           SetReason(
               index, reason::kPolicy,
-              "reserved for job " + std::to_string(reservations_[r].job_id) +
-                  " from t=" + Num(reservations_[r].start_s) +
+              "reserved for job " + std::to_string(res.job_id) + " from t=" + Num(res.start_s) +
                   (p.max_runtime_s > 0 ? "; this job would end at t=" + Num(now_ + p.max_runtime_s)
                                        : "; this job has no max runtime"));
           return;
@@ -1867,6 +1877,10 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
     }
   }
   if (!std::isfinite(best_start)) {
+    if (config_.backfill.drain) {
+      Drain(index, job, models);
+      return;
+    }
     PendingReason& r = ReasonOf(static_cast<size_t>(index));
     r.message += "; no reservation: the capacity it needs is held by jobs without a max runtime";
     return;
@@ -1909,6 +1923,125 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
   reservation_of_job_[static_cast<size_t>(index)] = id;
   ReasonOf(static_cast<size_t>(index)).message +=
       "; reserved to start at t=" + Num(best_start) + " on " + std::to_string(used) + " node(s)";
+}
+
+// No start can be planned: some of the capacity the job needs is held by jobs
+// without a max runtime. Hold (drain) the nodes it would use anyway, so that
+// jobs behind it in the queue cannot keep taking what frees up there; it
+// starts once enough of them have ended. Nodes are chosen by what they will
+// offer soonest: capacity free now or held by jobs that do end, then free
+// capacity now (nodes already draining rank first on the next cycle, so the
+// choice stays put while they drain).
+void CycleRun::Drain(int index, const JobInfo& job, const std::vector<int>& models) {
+  const Shape& s = job.shape;
+  // A job that cloud capacity can take is left to burst: holding on-prem
+  // nodes for it as well would only idle them.
+  if (config_.burst.enabled) {
+    for (int p : sets_[static_cast<size_t>(job.set)].pools) {
+      const Pool& pool = pools_[static_cast<size_t>(p)];
+      if (pool.config == nullptr || !pool.cloud || pool.config->max_nodes <= 0) continue;
+      const NodeShape& shape = pool.config->node;
+      const int model = s.gpus > 0 ? ModelId(Upper(shape.gpu_model)) : -1;
+      if (s.gpus > 0 && std::find(models.begin(), models.end(), model) == models.end()) continue;
+      if (TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, 1) > 0) {
+        ReasonOf(static_cast<size_t>(index)).message +=
+            "; no reservation: the capacity it needs is held by jobs without a max runtime "
+            "(cloud pool '" +
+            pool.name + "' can take it)";
+        return;
+      }
+    }
+  }
+  struct Room {
+    int64_t gpus = 0;
+    double cpus = 0;
+    int64_t memory = 0;
+  };
+  auto eligible = [&](const Node& node) {
+    return node.schedulable && node.reservation < 0 && InSet(job, node.pool);
+  };
+  for (int m : models) {
+    // Per node: room now, room once the jobs that do end have ended, room
+    // once every job on it has ended.
+    std::unordered_map<int, std::pair<Room, Room>> later;  // node -> (finite, all)
+    for (const Hold& hold : holds_) {
+      for (const HoldPart& part : hold.parts) {
+        if (!eligible(nodes_[static_cast<size_t>(part.node)])) continue;
+        auto& [finite, all] = later[part.node];
+        const int64_t gpus = (m >= 0 && part.model == m) ? part.gpus : 0;
+        all.gpus += gpus;
+        all.cpus += part.cpus;
+        all.memory += part.memory_mb;
+        if (std::isfinite(hold.end_s)) {
+          finite.gpus += gpus;
+          finite.cpus += part.cpus;
+          finite.memory += part.memory_mb;
+        }
+      }
+    }
+    struct Cand {
+      int node;
+      int64_t eventual, soon, now;
+      Room room;  // once every job on it has ended
+    };
+    std::vector<Cand> cands;
+    int64_t total = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& node = nodes_[i];
+      if (!eligible(node)) continue;
+      const Room free{m >= 0 ? FreeOf(node, m) : 0, node.cpus_free, node.memory_free};
+      Room soon = free, all = free;
+      auto it = later.find(static_cast<int>(i));
+      if (it != later.end()) {
+        soon.gpus += it->second.first.gpus;
+        soon.cpus += it->second.first.cpus;
+        soon.memory += it->second.first.memory;
+        all.gpus += it->second.second.gpus;
+        all.cpus += it->second.second.cpus;
+        all.memory += it->second.second.memory;
+      }
+      const int64_t eventual = TasksThatFit(s, all.gpus, all.cpus, all.memory, s.tasks);
+      if (eventual == 0) continue;
+      cands.push_back({static_cast<int>(i), eventual,
+                       TasksThatFit(s, soon.gpus, soon.cpus, soon.memory, s.tasks),
+                       TasksThatFit(s, free.gpus, free.cpus, free.memory, s.tasks), all});
+      total += eventual;
+    }
+    if (total < s.tasks) continue;
+    std::stable_sort(cands.begin(), cands.end(), [&](const Cand& a, const Cand& b) {
+      if (a.soon != b.soon) return a.soon > b.soon;
+      if (a.now != b.now) return a.now > b.now;
+      if (a.eventual != b.eventual) return a.eventual > b.eventual;
+      const Node& na = nodes_[static_cast<size_t>(a.node)];
+      const Node& nb = nodes_[static_cast<size_t>(b.node)];
+      const int64_t fa = m >= 0 ? FreeOf(na, m) : 0, fb = m >= 0 ? FreeOf(nb, m) : 0;
+      return fa > fb;
+    });
+    const int id = static_cast<int>(reservations_.size());
+    int64_t remaining = s.tasks;
+    int used = 0;
+    for (const Cand& c : cands) {
+      if (remaining == 0) break;
+      const int64_t k = std::min(c.eventual, remaining);
+      Node& node = nodes_[static_cast<size_t>(c.node)];
+      node.reservation = id;
+      node.spare_gpus = c.room.gpus - k * s.gpus;
+      node.spare_cpus = c.room.cpus - static_cast<double>(k) * s.cpus;
+      node.spare_memory = c.room.memory - k * s.memory_mb;
+      remaining -= k;
+      used++;
+    }
+    reservations_.push_back({snap_.pending[static_cast<size_t>(index)].job_id,
+                             std::numeric_limits<double>::infinity(), m});
+    reservation_of_job_[static_cast<size_t>(index)] = id;
+    ReasonOf(static_cast<size_t>(index)).message +=
+        "; no start can be planned (jobs without a max runtime hold the capacity it needs): "
+        "draining " +
+        std::to_string(used) + " node(s) for it";
+    return;
+  }
+  ReasonOf(static_cast<size_t>(index)).message +=
+      "; no reservation: not enough eligible nodes to drain";
 }
 
 // ---------------------------------------------------------------- after the loop

@@ -21,7 +21,10 @@
 // Inside a user (fair share) or tenant (DRF), and for FIFO overall: priority
 // descending, submitted_s ascending, job_id ascending.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -37,24 +40,39 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
+// The FIFO order (priority descending, submitted_s ascending, job_id
+// ascending, then the index) packed into three words compared as one
+// unsigned 192-bit number: the sort compares integers, not fields.
 struct JobKey {
-  int priority;
-  double submitted_s;
-  int64_t job_id;
-  int index;
+  uint64_t hi, mid, lo;
+  int index() const { return static_cast<int>(static_cast<uint32_t>(lo)); }
 };
 
 bool JobBefore(const JobKey& a, const JobKey& b) {
-  if (a.priority != b.priority) return a.priority > b.priority;
-  if (a.submitted_s != b.submitted_s) return a.submitted_s < b.submitted_s;
-  if (a.job_id != b.job_id) return a.job_id < b.job_id;
-  return a.index < b.index;
+  if (a.hi != b.hi) return a.hi < b.hi;
+  if (a.mid != b.mid) return a.mid < b.mid;
+  return a.lo < b.lo;
+}
+
+// Order-preserving map of a finite double to an unsigned integer (-0 == +0).
+uint64_t OrderedBits(double value) {
+  if (value == 0) value = 0;  // -0.0 ties with +0.0, as == says
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return (bits >> 63) != 0 ? ~bits : bits | (uint64_t{1} << 63);
 }
 
 JobKey KeyOf(const Snapshot& snapshot, int index) {
   const PendingJob& job = snapshot.pending[static_cast<size_t>(index)];
   const double submitted = std::isfinite(job.submitted_s) ? job.submitted_s : 0.0;
-  return JobKey{job.priority, submitted, job.job_id, index};
+  // Higher priority first: the complement of the order-preserving form.
+  const uint64_t priority =
+      ~(static_cast<uint32_t>(job.priority) ^ uint32_t{0x80000000}) & uint64_t{0xFFFFFFFF};
+  const uint64_t age = OrderedBits(submitted);
+  const uint64_t id = static_cast<uint64_t>(job.job_id) ^ (uint64_t{1} << 63);
+  // index >= 0 (ValidCandidates), so it fits the low 32 bits.
+  return JobKey{(priority << 32) | (age >> 32), (age << 32) | (id >> 32),
+                (id << 32) | static_cast<uint32_t>(index)};
 }
 
 // Indices in range and each once.
@@ -71,13 +89,64 @@ std::vector<int> ValidCandidates(const Snapshot& snapshot, const std::vector<int
   return out;
 }
 
+// Byte `d` of a key read as one 192-bit number (0: the lowest byte of lo).
+inline unsigned KeyByte(const JobKey& key, int d) {
+  const uint64_t word = d < 8 ? key.lo : d < 16 ? key.mid : key.hi;
+  return static_cast<unsigned>(word >> (8 * (d % 8))) & 0xFF;
+}
+
+// Stable LSD radix sort on the key bytes that differ between keys (most
+// bytes of an age or a job id are the same across a queue). With the keys in
+// index order to begin with, the index bytes need no pass: stability keeps
+// equal (priority, age, id) in index order.
+void RadixSort(std::vector<JobKey>* keys, bool in_index_order) {
+  uint64_t and_lo = ~uint64_t{0}, and_mid = ~uint64_t{0}, and_hi = ~uint64_t{0};
+  uint64_t or_lo = 0, or_mid = 0, or_hi = 0;
+  for (const JobKey& key : *keys) {
+    and_lo &= key.lo, and_mid &= key.mid, and_hi &= key.hi;
+    or_lo |= key.lo, or_mid |= key.mid, or_hi |= key.hi;
+  }
+  const uint64_t differ[3] = {and_lo ^ or_lo, and_mid ^ or_mid, and_hi ^ or_hi};
+  std::vector<int> digits;
+  for (int d = in_index_order ? 4 : 0; d < 24; ++d) {
+    if ((differ[d / 8] >> (8 * (d % 8))) & 0xFF) digits.push_back(d);
+  }
+  if (digits.empty()) return;
+  const size_t n = keys->size();
+  std::vector<uint32_t> counts(digits.size() * 256, 0);
+  for (const JobKey& key : *keys) {
+    for (size_t k = 0; k < digits.size(); ++k) counts[k * 256 + KeyByte(key, digits[k])]++;
+  }
+  std::vector<JobKey> buffer(n);
+  std::vector<JobKey>* from = keys;
+  std::vector<JobKey>* to = &buffer;
+  for (size_t k = 0; k < digits.size(); ++k) {
+    uint32_t* count = &counts[k * 256];
+    uint32_t sum = 0;
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t c = count[b];
+      count[b] = sum;
+      sum += c;
+    }
+    const int d = digits[k];
+    for (const JobKey& key : *from) (*to)[count[KeyByte(key, d)]++] = key;
+    std::swap(from, to);
+  }
+  if (from != keys) keys->swap(*from);
+}
+
 // Sorts job indices into FIFO order in place.
 void SortFifo(const Snapshot& snapshot, std::vector<int>* indices) {
   std::vector<JobKey> keys;
   keys.reserve(indices->size());
   for (int index : *indices) keys.push_back(KeyOf(snapshot, index));
-  std::sort(keys.begin(), keys.end(), JobBefore);
-  for (size_t i = 0; i < keys.size(); ++i) (*indices)[i] = keys[i].index;
+  if (keys.size() < 128) {
+    std::sort(keys.begin(), keys.end(),
+              [](const JobKey& a, const JobKey& b) { return JobBefore(a, b); });
+  } else {
+    RadixSort(&keys, std::is_sorted(indices->begin(), indices->end()));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) (*indices)[i] = keys[i].index();
 }
 
 // ---------------------------------------------------------------- FIFO
@@ -116,26 +185,35 @@ class FairTreeQueue : public JobQueue {
     nodes_.push_back(Node{});  // the root
     user_of_.assign(snapshot.pending.size(), -1);
 
-    std::string buffer;
+    // Users by "tenant/team/user" path; the owners seen are remembered (as
+    // views into the snapshot) so each path is built once per owner.
+    std::unordered_map<std::string, int> by_path;
+    std::unordered_map<OwnerView, int, OwnerViewHash> users;
     for (int index : ValidCandidates(snapshot, candidates)) {
       const PendingJob& job = snapshot.pending[static_cast<size_t>(index)];
-      const int user = UserNode(job.tenant, job.team, job.user, &buffer);
+      auto [it, added] = users.try_emplace(OwnerView{job.tenant, job.team, job.user}, 0);
+      if (added) {
+        auto [path, created] = by_path.try_emplace(UserPath(job.tenant, job.team, job.user), 0);
+        if (created) path->second = Child(Child(Child(0, job.tenant), job.team), job.user);
+        it->second = path->second;
+      }
+      const int user = it->second;
       nodes_[static_cast<size_t>(user)].jobs.push_back(index);
       user_of_[static_cast<size_t>(index)] = user;
     }
+    // The nodes a running job's GPUs count on: its user's path when the user
+    // has candidates, else its tenant and team where they have (so a tenant
+    // or team counts the GPUs of all its users). Worked out once per owner.
     std::vector<double> held(nodes_.size(), 0.0);
+    std::unordered_map<OwnerView, std::array<int, 3>, OwnerViewHash> charged;
     for (const RunningJob& job : snapshot.running) {
       const int gpus = RunningGpus(job);
       if (gpus <= 0) continue;
-      buffer.assign(UserPath(job.tenant, job.team, job.user));
-      auto it = users_.find(buffer);
-      if (it == users_.end()) {
-        // A tenant or team with candidates counts the GPUs of all its users.
-        ChargeAncestorsOnly(job.tenant, job.team, gpus, &held);
-        continue;
-      }
-      for (int node = it->second; node > 0; node = nodes_[static_cast<size_t>(node)].parent) {
-        held[static_cast<size_t>(node)] += gpus;
+      auto [it, added] = charged.try_emplace(OwnerView{job.tenant, job.team, job.user});
+      std::array<int, 3>& targets = it->second;
+      if (added) targets = ChargedNodes(by_path, job.tenant, job.team, job.user);
+      for (int node : targets) {
+        if (node > 0) held[static_cast<size_t>(node)] += gpus;
       }
     }
 
@@ -230,26 +308,28 @@ class FairTreeQueue : public JobQueue {
     return id;
   }
 
-  int UserNode(std::string_view tenant, std::string_view team, std::string_view user,
-               std::string* buffer) {
-    buffer->clear();
-    buffer->append(tenant).append("/").append(team).append("/").append(user);
-    auto it = users_.find(*buffer);
-    if (it != users_.end()) return it->second;
-    const int id = Child(Child(Child(0, tenant), team), user);
-    users_.emplace(*buffer, id);
-    return id;
-  }
-
-  void ChargeAncestorsOnly(std::string_view tenant, std::string_view team, int gpus,
-                           std::vector<double>* held) {
-    auto& tenants = nodes_[0].children;
+  // Nodes (0: none) that a running job of this owner charges.
+  std::array<int, 3> ChargedNodes(const std::unordered_map<std::string, int>& by_path,
+                                  std::string_view tenant, std::string_view team,
+                                  std::string_view user) const {
+    std::array<int, 3> out{0, 0, 0};
+    auto it = by_path.find(UserPath(tenant, team, user));
+    if (it != by_path.end()) {
+      int k = 0;
+      for (int node = it->second; node > 0 && k < 3;
+           node = nodes_[static_cast<size_t>(node)].parent) {
+        out[static_cast<size_t>(k++)] = node;
+      }
+      return out;
+    }
+    const auto& tenants = nodes_[0].children;
     auto t = tenants.find(tenant);
-    if (t == tenants.end()) return;
-    (*held)[static_cast<size_t>(t->second)] += gpus;
-    auto& teams = nodes_[static_cast<size_t>(t->second)].children;
+    if (t == tenants.end()) return out;
+    out[0] = t->second;
+    const auto& teams = nodes_[static_cast<size_t>(t->second)].children;
     auto m = teams.find(team);
-    if (m != teams.end()) (*held)[static_cast<size_t>(m->second)] += gpus;
+    if (m != teams.end()) out[1] = m->second;
+    return out;
   }
 
   void Insert(int id) {
@@ -262,8 +342,7 @@ class FairTreeQueue : public JobQueue {
   }
 
   double horizon_s_ = 0;
-  std::vector<Node> nodes_;  // never resized after construction (entries point into names)
-  std::unordered_map<std::string, int> users_;
+  std::vector<Node> nodes_;   // never resized after construction (entries point into names)
   std::vector<int> user_of_;  // pending index -> user node
 };
 
@@ -279,10 +358,10 @@ class DrfQueue : public JobQueue {
       if (node.memory_mb > 0) total_memory_ += static_cast<double>(node.memory_mb);
     }
     tenant_of_.assign(snapshot.pending.size(), -1);
-    std::unordered_map<std::string, int> by_name;
+    std::unordered_map<std::string_view, int> by_name;  // views into the snapshot
     for (int index : ValidCandidates(snapshot, candidates)) {
       const std::string& name = snapshot.pending[static_cast<size_t>(index)].tenant;
-      auto [it, inserted] = by_name.emplace(name, static_cast<int>(tenants_.size()));
+      auto [it, inserted] = by_name.try_emplace(name, static_cast<int>(tenants_.size()));
       if (inserted) {
         tenants_.push_back(Tenant{});
         tenants_.back().name = name;

@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <deque>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -24,14 +24,6 @@
 
 namespace ferry::fleet::sched::internal {
 namespace {
-
-bool SameModel(std::string_view key, std::string_view model) {
-  if (key.size() != model.size()) return false;
-  for (size_t i = 0; i < key.size(); ++i) {
-    if (key[i] != std::tolower(static_cast<unsigned char>(model[i]))) return false;
-  }
-  return true;
-}
 
 constexpr std::string_view kCohortCannotLend = ", but cohort ";
 
@@ -46,8 +38,8 @@ void AppendInt(std::string* text, int64_t value) {
 struct QuotaLedger::Impl {
   struct Quota {
     std::string path;
-    std::string model;      // as configured, for messages
-    std::string model_key;  // lower-cased; empty: every model
+    std::string model;  // as configured, for messages
+    int model_id = -1;  // ModelKeys id of the lower-cased model; -1: every model
     std::string cohort;
     int64_t nominal = 0;
     std::optional<int64_t> borrowing_limit;
@@ -78,16 +70,66 @@ struct QuotaLedger::Impl {
   std::unordered_map<std::string, int> levels;
   std::vector<std::string> fleet_models;  // for any-model jobs in NeverFits
   // The snapshot the ledger was built from (compared, never read later) and
-  // the quotas each of its running jobs is charged on, for ReclaimCandidates.
+  // the quotas each of its running jobs is charged on, for ReclaimCandidates:
+  // those of running job r are running_ids[running_offsets[r] .. [r + 1]).
   const Snapshot* snapshot = nullptr;
   size_t running_count = 0;
-  std::vector<std::vector<int>> running_quotas;
+  std::vector<size_t> running_offsets;
+  std::vector<int> running_ids;
+
+  // Matched() is asked the same few (owner, model) pairs over and over in a
+  // cycle: each answer is worked out once. Owners are interned (their
+  // strings copied, so callers' views may go away); the answers live in a
+  // deque, so references handed out stay valid while more are added.
+  struct OwnerEntry {
+    std::string tenant, team, user;
+    std::vector<std::pair<int, int>> lists;  // (model id, index into match_lists)
+  };
+  mutable ModelKeys models;
+  mutable std::deque<OwnerEntry> owners;
+  mutable std::unordered_map<OwnerView, int, OwnerViewHash> owner_ids;
+  mutable int last_owner = -1;
+  mutable std::deque<std::vector<int>> match_lists;
+
+  int OwnerId(std::string_view tenant, std::string_view team, std::string_view user) const {
+    if (last_owner >= 0) {
+      const OwnerEntry& last = owners[static_cast<size_t>(last_owner)];
+      if (last.tenant == tenant && last.team == team && last.user == user) return last_owner;
+    }
+    auto it = owner_ids.find(OwnerView{tenant, team, user});
+    if (it != owner_ids.end()) {
+      last_owner = it->second;
+      return last_owner;
+    }
+    const int id = static_cast<int>(owners.size());
+    OwnerEntry& entry = owners.emplace_back();
+    entry.tenant.assign(tenant);
+    entry.team.assign(team);
+    entry.user.assign(user);
+    owner_ids.emplace(OwnerView{entry.tenant, entry.team, entry.user}, id);
+    last_owner = id;
+    return id;
+  }
 
   // Quotas that a job of this owner on `model` is charged on, tenant first.
-  std::vector<int> Matched(std::string_view tenant, std::string_view team, std::string_view user,
-                           std::string_view model) const {
+  const std::vector<int>& Matched(std::string_view tenant, std::string_view team,
+                                  std::string_view user, std::string_view model) const {
+    return MatchedId(tenant, team, user, models.Id(model));
+  }
+  const std::vector<int>& MatchedId(std::string_view tenant, std::string_view team,
+                                    std::string_view user, int model) const {
+    static const std::vector<int> kNone;
+    if (by_path.empty()) return kNone;
+    OwnerEntry& owner = owners[static_cast<size_t>(OwnerId(tenant, team, user))];
+    for (const auto& [id, list] : owner.lists) {
+      if (id == model) return match_lists[static_cast<size_t>(list)];
+    }
+    owner.lists.emplace_back(model, static_cast<int>(match_lists.size()));
+    return match_lists.emplace_back(Compute(tenant, team, user, model));
+  }
+  std::vector<int> Compute(std::string_view tenant, std::string_view team, std::string_view user,
+                           int model) const {
     std::vector<int> out;
-    if (by_path.empty()) return out;
     std::string path(tenant);
     auto level = levels.find(path);
     if (level == levels.end()) return out;
@@ -97,7 +139,7 @@ struct QuotaLedger::Impl {
       if (it == by_path.end()) return;
       for (int id : it->second) {
         const Quota& q = quotas[static_cast<size_t>(id)];
-        if (q.model_key.empty() || SameModel(q.model_key, model)) out.push_back(id);
+        if (q.model_id < 0 || q.model_id == model) out.push_back(id);
       }
     };
     if (mask & 1) collect();
@@ -175,26 +217,27 @@ struct QuotaLedger::Impl {
     return verdict;
   }
 
-  // Groups in which a quota of this owner on `model` is above nominal now.
-  std::vector<int> BorrowingGroups(std::string_view tenant, std::string_view team,
-                                   std::string_view user, std::string_view model) const {
-    std::vector<int> out;
+  // Whether a quota of this owner on `model` is above nominal now.
+  bool AnyBorrowing(std::string_view tenant, std::string_view team, std::string_view user,
+                    std::string_view model) const {
     for (int id : Matched(tenant, team, user, model)) {
       const Quota& q = quotas[static_cast<size_t>(id)];
-      if (q.used > q.nominal) out.push_back(q.group);
+      if (q.used > q.nominal) return true;
     }
-    return out;
+    return false;
   }
 };
 
 QuotaLedger::QuotaLedger(const Config& config, const Snapshot& snapshot)
     : impl_(std::make_shared<Impl>()) {
+  Impl& impl = *impl_;
   std::unordered_map<std::string, int> group_ids;  // cohort + '\n' + model key
   for (const QuotaConfig& config_quota : config.quotas) {
     Impl::Quota q;
     q.path = config_quota.path;
     q.model = config_quota.gpu_model;
-    q.model_key = LowerModel(config_quota.gpu_model);
+    const std::string model_key = LowerModel(config_quota.gpu_model);
+    q.model_id = model_key.empty() ? -1 : impl.models.Id(model_key);
     q.cohort = config_quota.cohort;
     q.nominal = std::max(0, config_quota.nominal_gpus);
     if (config_quota.borrowing_limit.has_value()) {
@@ -204,43 +247,49 @@ QuotaLedger::QuotaLedger(const Config& config, const Snapshot& snapshot)
       q.lending_limit = std::max(0, *config_quota.lending_limit);
     }
     auto [it, inserted] =
-        group_ids.emplace(q.cohort + '\n' + q.model_key, static_cast<int>(impl_->groups.size()));
-    if (inserted) impl_->groups.push_back(Impl::Group{});
+        group_ids.emplace(q.cohort + '\n' + model_key, static_cast<int>(impl.groups.size()));
+    if (inserted) impl.groups.push_back(Impl::Group{});
     q.group = it->second;
-    Impl::Group& group = impl_->groups[static_cast<size_t>(q.group)];
+    Impl::Group& group = impl.groups[static_cast<size_t>(q.group)];
     group.lendable += q.Lendable(0);
-    const int id = static_cast<int>(impl_->quotas.size());
-    impl_->by_path[q.path].push_back(id);
+    const int id = static_cast<int>(impl.quotas.size());
+    impl.by_path[q.path].push_back(id);
     const size_t slash = q.path.find('/');
     const int depth = static_cast<int>(std::count(q.path.begin(), q.path.end(), '/'));
-    if (depth <= 2) impl_->levels[q.path.substr(0, slash)] |= 1 << depth;
-    impl_->quotas.push_back(std::move(q));
+    if (depth <= 2) impl.levels[q.path.substr(0, slash)] |= 1 << depth;
+    impl.quotas.push_back(std::move(q));
   }
 
-  std::set<std::string> models;
-  for (const NodeInfo& node : snapshot.nodes) {
-    for (const GpuSlot& gpu : node.gpus) models.insert(LowerModel(gpu.model));
-  }
-  if (!models.empty()) {
-    for (const PoolConfig& pool : config.pools) {
-      if (pool.node.gpus > 0) models.insert(LowerModel(pool.node.gpu_model));
+  // The fleet's models, lower-cased, sorted and each once.
+  const GpuModelIndex index(snapshot, &impl.models);
+  if (index.any_gpu()) {
+    std::vector<int> listed;
+    for (size_t id = 0; id < impl.models.size(); ++id) {
+      if (index.InFleet(static_cast<int>(id))) listed.push_back(static_cast<int>(id));
     }
+    for (const PoolConfig& pool : config.pools) {
+      if (pool.node.gpus > 0) listed.push_back(impl.models.Id(pool.node.gpu_model));
+    }
+    std::sort(listed.begin(), listed.end());
+    listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+    for (int id : listed) impl.fleet_models.push_back(impl.models.Key(id));
+    std::sort(impl.fleet_models.begin(), impl.fleet_models.end());
   }
-  impl_->fleet_models.assign(models.begin(), models.end());
 
-  impl_->snapshot = &snapshot;
-  impl_->running_count = snapshot.running.size();
-  impl_->running_quotas.resize(snapshot.running.size());
-  if (impl_->quotas.empty()) return;
-  const GpuModelIndex index(snapshot);
+  impl.snapshot = &snapshot;
+  impl.running_count = snapshot.running.size();
+  impl.running_offsets.assign(snapshot.running.size() + 1, 0);
+  if (impl.quotas.empty()) return;
+  std::vector<std::pair<int, int>> held;
   for (size_t r = 0; r < snapshot.running.size(); ++r) {
     const RunningJob& job = snapshot.running[r];
-    for (const auto& [model, gpus] : index.ModelsOf(job)) {
-      std::vector<int> ids = impl_->Matched(job.tenant, job.team, job.user, model);
-      impl_->Apply(ids, gpus);
-      auto& charged = impl_->running_quotas[r];
-      charged.insert(charged.end(), ids.begin(), ids.end());
+    index.ModelIdsOf(job, &held);
+    for (const auto& [model, gpus] : held) {
+      const std::vector<int>& ids = impl.MatchedId(job.tenant, job.team, job.user, model);
+      impl.Apply(ids, gpus);
+      impl.running_ids.insert(impl.running_ids.end(), ids.begin(), ids.end());
     }
+    impl.running_offsets[r + 1] = impl.running_ids.size();
   }
 }
 
@@ -253,7 +302,7 @@ QuotaLedger::Verdict QuotaLedger::CanAdmit(std::string_view tenant, std::string_
 
 bool QuotaLedger::WithinNominal(std::string_view tenant, std::string_view team,
                                 std::string_view user, std::string_view model, int gpus) const {
-  const std::vector<int> ids = impl_->Matched(tenant, team, user, model);
+  const std::vector<int>& ids = impl_->Matched(tenant, team, user, model);
   if (ids.empty()) return false;
   for (int id : ids) {
     const Impl::Quota& q = impl_->quotas[static_cast<size_t>(id)];
@@ -264,7 +313,7 @@ bool QuotaLedger::WithinNominal(std::string_view tenant, std::string_view team,
 
 bool QuotaLedger::Borrowing(std::string_view tenant, std::string_view team, std::string_view user,
                             std::string_view model) const {
-  return !impl_->BorrowingGroups(tenant, team, user, model).empty();
+  return impl_->AnyBorrowing(tenant, team, user, model);
 }
 
 void QuotaLedger::Charge(std::string_view tenant, std::string_view team, std::string_view user,
@@ -327,25 +376,30 @@ std::vector<int> ReclaimCandidates(const Snapshot& snapshot, const QuotaLedger& 
   // snapshot, else looked up now.
   const bool cached = impl.snapshot == &snapshot && impl.running_count == snapshot.running.size();
   std::optional<GpuModelIndex> index;
-  if (!cached) index.emplace(snapshot);
+  if (!cached) index.emplace(snapshot, &impl.models);
   std::vector<int> looked_up;
+  std::vector<std::pair<int, int>> held;
   for (size_t i = 0; i < snapshot.running.size(); ++i) {
     const RunningJob& running = snapshot.running[i];
     if (running.terminating) continue;
-    const std::vector<int>* quotas = nullptr;
+    const int* begin = nullptr;
+    const int* end = nullptr;
     if (cached) {
-      quotas = &impl.running_quotas[i];
+      begin = impl.running_ids.data() + impl.running_offsets[i];
+      end = impl.running_ids.data() + impl.running_offsets[i + 1];
     } else {
       looked_up.clear();
-      for (const auto& [running_model, gpus] : index->ModelsOf(running)) {
-        for (int id : impl.Matched(running.tenant, running.team, running.user, running_model)) {
+      index->ModelIdsOf(running, &held);
+      for (const auto& [running_model, gpus] : held) {
+        for (int id : impl.MatchedId(running.tenant, running.team, running.user, running_model)) {
           looked_up.push_back(id);
         }
       }
-      quotas = &looked_up;
+      begin = looked_up.data();
+      end = begin + looked_up.size();
     }
-    for (int id : *quotas) {
-      const QuotaLedger::Impl::Quota& q = impl.quotas[static_cast<size_t>(id)];
+    for (const int* id = begin; id != end; ++id) {
+      const QuotaLedger::Impl::Quota& q = impl.quotas[static_cast<size_t>(*id)];
       if (q.used > q.nominal &&
           std::find(job_groups.begin(), job_groups.end(), q.group) != job_groups.end()) {
         out.push_back(static_cast<int>(i));

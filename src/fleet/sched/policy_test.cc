@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -195,6 +198,62 @@ TEST(JobQueueFifo, OnlyValidCandidatesEachOnce) {
 }
 
 // ---------------------------------------------------------------- Fair Tree
+
+// Large queues are sorted by packed integer keys (radix passes over the bytes
+// that differ): the order must stay exactly priority desc, submitted_s asc
+// (non-finite as 0, -0 equal to +0), job_id asc, then position, with ties,
+// negative values and duplicate job ids, candidates in order or shuffled.
+TEST(JobQueueFifo, LargeQueuesKeepTheExactOrder) {
+  const double kInf = std::numeric_limits<double>::infinity();
+  const std::vector<double> ages = {-1.5,          -0.0,  0.0,          3,    3.25,  1e9,
+                                    1.7e9 + 0.125, -1e12, std::nan(""), kInf, -kInf, 5e-324};
+  std::mt19937 rng(11);
+  Snapshot snapshot;
+  for (int i = 0; i < 3000; ++i) {
+    PendingJob job =
+        Job(static_cast<int64_t>(rng() % 500) - 250, "a", "t", "u" + std::to_string(rng() % 3), 1,
+            static_cast<int>(rng() % 5) - 2, ages[rng() % ages.size()]);
+    if (i % 97 == 0)
+      job.priority = i % 2 ? std::numeric_limits<int>::max() : std::numeric_limits<int>::min();
+    if (i % 89 == 0)
+      job.job_id =
+          i % 2 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+    snapshot.pending.push_back(job);
+  }
+  auto before = [&snapshot](int a, int b) {
+    const PendingJob& x = snapshot.pending[static_cast<size_t>(a)];
+    const PendingJob& y = snapshot.pending[static_cast<size_t>(b)];
+    const double xs = std::isfinite(x.submitted_s) ? x.submitted_s : 0.0;
+    const double ys = std::isfinite(y.submitted_s) ? y.submitted_s : 0.0;
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (xs != ys) return xs < ys;
+    if (x.job_id != y.job_id) return x.job_id < y.job_id;
+    return a < b;
+  };
+  std::vector<int> in_order = All(snapshot);
+  std::vector<int> shuffled = in_order;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  std::vector<int> expected = in_order;
+  std::sort(expected.begin(), expected.end(), before);
+  Config config;
+  UsageTracker usage;
+  for (const std::vector<int>* candidates : {&in_order, &shuffled}) {
+    auto queue = MakeJobQueue(config, snapshot, usage, *candidates);
+    std::vector<int> order;
+    for (int index = queue->Next(); index >= 0; index = queue->Next()) order.push_back(index);
+    EXPECT_EQ(order, expected);
+  }
+  // Inside one user of Fair Tree: the same order restricted to that user.
+  config.ordering = Ordering::kFairShare;
+  auto queue = MakeJobQueue(config, snapshot, usage, shuffled);
+  std::map<std::string, std::vector<int>> by_user, want;
+  for (int index = queue->Next(); index >= 0; index = queue->Next()) {
+    by_user[snapshot.pending[static_cast<size_t>(index)].user].push_back(index);
+  }
+  for (int index : expected)
+    want[snapshot.pending[static_cast<size_t>(index)].user].push_back(index);
+  EXPECT_EQ(by_user, want);
+}
 
 TEST(FairTree, TenantWithTenTimesTheUsageGoesSecond) {
   Config config;
@@ -596,6 +655,88 @@ TEST(QuotaLedger, NeverFits) {
   EXPECT_EQ(ledger.NeverFits(Job(3, "c", "t", "u", 100)), std::nullopt);  // no limit
   EXPECT_EQ(ledger.NeverFits(Job(4, "z", "t", "u", 100)), std::nullopt);  // no quota
   EXPECT_EQ(ledger.NeverFits(Job(5, "a", "t", "u", 0)), std::nullopt);
+}
+
+// The ledger caches its answers per owner and model; a ledger charged step
+// by step must answer exactly as one built afresh from the same running jobs
+// (found by node id, by node name, by GPU index or by GPU id; models in any
+// case).
+TEST(QuotaLedger, LongLivedLedgerAgreesWithFreshOnes) {
+  Config config;
+  config.quotas = {Quota("a", 6, "c1"), Quota("a/t1", 3, "c1", "H200"), Quota("a/t1/u1", 2, "c1"),
+                   Quota("b", 4, "c1"), Quota("b", 2, "c2", "a100"),    Quota("c/t2", 5, "c2")};
+  config.quotas[0].borrowing_limit = 3;
+  config.quotas[3].lending_limit = 1;
+  Snapshot snapshot;
+  snapshot.nodes.push_back(Node("h", 64, "H200"));
+  snapshot.nodes.push_back(Node("x", 64, "A100"));
+  snapshot.nodes.push_back(Node("h-again", 64, "A100"));  // same id as "h": never found by id
+  for (size_t n = 0; n < snapshot.nodes.size(); ++n) {
+    snapshot.nodes[n].id = n == 2 ? 1 : static_cast<int64_t>(n + 1);
+    for (GpuSlot& gpu : snapshot.nodes[n].gpus) gpu.id = 1000 * (n + 1) + gpu.index;
+  }
+  const std::vector<std::string> tenants = {"a", "b", "c", "d"}, teams = {"t1", "t2"},
+                                 users = {"u1", "u2"},
+                                 models = {"H200", "h200", "A100", "a100", ""};
+  std::mt19937 rng(7);
+  auto pick = [&rng](const std::vector<std::string>& from) -> const std::string& {
+    return from[rng() % from.size()];
+  };
+  QuotaLedger live(config, snapshot);
+  std::vector<int> next_gpu = {0, 0};
+  for (int step = 0; step < 60; ++step) {
+    const std::string &tenant = pick(tenants), &team = pick(teams), &user = pick(users);
+    const int node = static_cast<int>(rng() % 2);  // 0: H200, 1: A100
+    const int gpus = 1 + static_cast<int>(rng() % 3);
+    if (next_gpu[static_cast<size_t>(node)] + gpus > 64) break;
+    RunningJob job = Running(step + 1, tenant, team, user, "", {});
+    TaskPlacement& task = job.tasks[0];
+    if (step % 2 == 0) {
+      task.node_id = node + 1;
+    } else {
+      task.node = snapshot.nodes[static_cast<size_t>(node)].name;
+    }
+    for (int g = 0; g < gpus; ++g) {
+      const int index = next_gpu[static_cast<size_t>(node)]++;
+      if (step % 3 == 0) {
+        task.gpu_ids.push_back(1000 * (node + 1) + index);
+      } else {
+        task.gpu_indices.push_back(index);
+      }
+    }
+    snapshot.running.push_back(job);
+    live.Charge(tenant, team, user, node == 0 ? "h200" : "A100", gpus);
+
+    const QuotaLedger fresh(config, snapshot);
+    for (const std::string& t : tenants) {
+      for (const std::string& m : models) {
+        for (int want : {1, 3, 7}) {
+          const auto a = live.CanAdmit(t, "t1", "u1", m, want);
+          const auto b = fresh.CanAdmit(t, "t1", "u1", m, want);
+          ASSERT_EQ(a.ok, b.ok) << step << " " << t << " " << m << " " << want;
+          EXPECT_EQ(a.borrowing, b.borrowing);
+          EXPECT_EQ(a.message, b.message);
+          EXPECT_EQ(live.WithinNominal(t, "t2", "u2", m, want),
+                    fresh.WithinNominal(t, "t2", "u2", m, want));
+        }
+        EXPECT_EQ(live.Borrowing(t, "t1", "u2", m), fresh.Borrowing(t, "t1", "u2", m));
+      }
+    }
+  }
+  ASSERT_GT(snapshot.running.size(), 20u);
+  // Releasing everything leaves a ledger that agrees with an idle fleet.
+  for (const RunningJob& job : snapshot.running) {
+    const bool h200 = job.tasks[0].node_id == 1 || job.tasks[0].node == "h";
+    live.Release(
+        job.tenant, job.team, job.user, h200 ? "H200" : "a100",
+        static_cast<int>(std::max(job.tasks[0].gpu_ids.size(), job.tasks[0].gpu_indices.size())));
+  }
+  snapshot.running.clear();
+  const QuotaLedger idle(config, snapshot);
+  for (const std::string& t : tenants) {
+    EXPECT_EQ(live.CanAdmit(t, "t1", "u1", "H200", 9).message,
+              idle.CanAdmit(t, "t1", "u1", "H200", 9).message);
+  }
 }
 
 // ---------------------------------------------------------------- preemption

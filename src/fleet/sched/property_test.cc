@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -328,6 +329,76 @@ TEST(SchedProperties, EveryPolicyOnOneBusyFleet) {
       }
     }
   }
+}
+
+// A 2-node gang behind a steady stream of 1-GPU jobs without a max runtime:
+// no reservation start can be planned, so without draining every GPU that
+// frees goes to a small job and the gang starves; with draining (the default)
+// the nodes it needs are held and it starts once their jobs have ended.
+int CyclesUntilGangStarts(bool drain, int max_steps) {
+  Config c;
+  c.backfill.drain = drain;
+  auto made = Scheduler::Make(c);
+  if (!made.ok()) return -2;
+  std::unique_ptr<Scheduler> scheduler = std::move(*made);
+  World world;
+  for (int n = 0; n < 4; ++n) {
+    NodeInfo node;
+    node.id = n + 1;
+    node.name = "n" + std::to_string(n + 1);
+    node.cpus = 64;
+    node.memory_mb = 1 << 20;
+    for (int g = 0; g < 8; ++g) node.gpus.push_back({node.id * 100 + g, g, "H200", 81920, true});
+    world.snapshot.nodes.push_back(node);
+  }
+  std::map<int64_t, double> ends;  // running small job -> when it ends
+  int64_t next_id = 2;
+  for (int step = 0; step < max_steps; ++step) {
+    world.snapshot.now_s = step * 60.0;
+    if (step == 1) {  // the gang arrives once small jobs fill the fleet
+      PendingJob gang;
+      gang.job_id = 1;
+      gang.tenant = "big";
+      gang.tasks = 2;
+      gang.gpus_per_task = 8;
+      gang.submitted_s = world.snapshot.now_s;
+      world.snapshot.pending.push_back(gang);
+    }
+    for (auto it = ends.begin(); it != ends.end();) {
+      if (it->second <= world.snapshot.now_s) {
+        world.End(it->first, false);
+        it = ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // 32 at first, then 4 GPUs a minute for 10+ minutes each: more than 32 GPUs.
+    for (int k = 0; k < (step == 0 ? 32 : 4); ++k) {
+      PendingJob small;
+      small.job_id = next_id++;
+      small.tenant = "small";
+      small.gpus_per_task = 1;
+      small.submitted_s = world.snapshot.now_s;
+      world.snapshot.pending.push_back(small);
+    }
+    Decision d = scheduler->Cycle(world.snapshot);
+    for (const std::string& e : testing::CheckDecision(c, world.snapshot, d)) {
+      ADD_FAILURE() << e;
+    }
+    world.Apply(d);
+    for (const Placement& p : d.placements) {
+      if (p.job_id == 1) return step;
+      ends[p.job_id] = world.snapshot.now_s + 600 + 60 * static_cast<double>(p.job_id % 7);
+    }
+  }
+  return -1;
+}
+
+TEST(SchedProperties, GangIsNotStarvedByAStreamOfSmallJobs) {
+  const int with_drain = CyclesUntilGangStarts(true, 200);
+  EXPECT_GE(with_drain, 0) << "the gang never started";
+  EXPECT_LE(with_drain, 40);
+  EXPECT_EQ(CyclesUntilGangStarts(false, 200), -1) << "without draining the gang starves";
 }
 
 }  // namespace

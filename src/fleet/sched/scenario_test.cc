@@ -102,6 +102,7 @@ Config ParseConfig(const YAML::Node& y) {
   if (auto b = y["backfill"]) {
     c.backfill.enabled = Get(b, "enabled", true);
     c.backfill.reservations = Get(b, "reservations", 1);
+    c.backfill.drain = Get(b, "drain", true);
   }
   if (auto b = y["burst"]) {
     c.burst.enabled = Get(b, "enabled", true);

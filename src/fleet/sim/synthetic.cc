@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "fleet/sim/trace.h"
 
@@ -134,7 +136,7 @@ Result<SyntheticOptions> ParseYaml(std::string_view text) {
       CheckKeys(root, "",
                 {"arrival_rate_per_s", "jobs", "tenants", "users_per_team", "gang_sizes",
                  "gpus_per_task", "duration", "priorities", "preemptible_fraction", "gpu_model",
-                 "cpus_per_gpu", "memory_mb_per_gpu", "seed"}));
+                 "cpus_per_gpu", "memory_mb_per_gpu", "seed", "runtime_limit"}));
   if (auto n = root["arrival_rate_per_s"]) {
     FERRY_RETURN_NOT_OK(Scalar(n, "arrival_rate_per_s", &o.arrival_rate_per_s, "a number"));
   }
@@ -178,6 +180,28 @@ Result<SyntheticOptions> ParseYaml(std::string_view text) {
     }
     if (auto m = n["max_s"]) {
       FERRY_RETURN_NOT_OK(Scalar(m, "duration.max_s", &o.duration_max_s, "a number"));
+    }
+  }
+  if (auto n = root["runtime_limit"]) {
+    if (!n.IsMap()) return Bad(n, "runtime_limit", "expected a map");
+    FERRY_RETURN_NOT_OK(CheckKeys(n, "runtime_limit", {"factor", "round_up_to"}));
+    if (auto m = n["factor"]) {
+      FERRY_RETURN_NOT_OK(Scalar(m, "runtime_limit.factor", &o.runtime_limit_factor, "a number"));
+    }
+    if (auto m = n["round_up_to"]) {
+      if (m.IsScalar() && m.Scalar() == "slurm") {
+        o.runtime_limit_steps_s = SlurmRuntimeLimitSteps();
+      } else if (m.IsSequence()) {
+        o.runtime_limit_steps_s.clear();
+        for (size_t k = 0; k < m.size(); ++k) {
+          double step = 0;
+          FERRY_RETURN_NOT_OK(Scalar(m[k], "runtime_limit.round_up_to[" + std::to_string(k) + "]",
+                                     &step, "a number of seconds"));
+          o.runtime_limit_steps_s.push_back(step);
+        }
+      } else {
+        return Bad(m, "runtime_limit.round_up_to", "expected 'slurm' or a list of seconds");
+      }
     }
   }
   if (auto n = root["tenants"]) {
@@ -255,7 +279,24 @@ Status ValidateSyntheticOptions(const SyntheticOptions& o) {
     return Status::Invalid("cpus_per_gpu: must be >= 0");
   }
   if (o.memory_mb_per_gpu < 0) return Status::Invalid("memory_mb_per_gpu: must be >= 0");
+  // A limit below the run time would kill every job: a factor is 0 (off) or >= 1.
+  if (!(o.runtime_limit_factor == 0 ||
+        (o.runtime_limit_factor >= 1 && o.runtime_limit_factor <= 1e6))) {
+    return Status::Invalid("runtime_limit.factor: must be 0 (no limits) or in [1, 1e6]");
+  }
+  for (double step : o.runtime_limit_steps_s) {
+    if (!(step > 0) || !std::isfinite(step)) {
+      return Status::Invalid("runtime_limit.round_up_to: steps must be > 0 seconds");
+    }
+  }
+  if (!o.runtime_limit_steps_s.empty() && o.runtime_limit_factor == 0) {
+    return Status::Invalid("runtime_limit.round_up_to: needs a factor (>= 1)");
+  }
   return Status::OK();
+}
+
+std::vector<double> SlurmRuntimeLimitSteps() {
+  return {3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400};
 }
 
 Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
@@ -299,6 +340,14 @@ Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
     job.gpu_model = o.gpu_model;
     job.cpus_per_task = o.cpus_per_gpu * job.gpus_per_task;
     job.memory_mb_per_task = o.memory_mb_per_gpu * job.gpus_per_task;
+    if (o.runtime_limit_factor > 0) {
+      const double want = o.runtime_limit_factor * job.duration_s;
+      double limit = std::numeric_limits<double>::infinity();
+      for (double step : o.runtime_limit_steps_s) {
+        if (step >= want) limit = std::min(limit, step);
+      }
+      job.max_runtime_s = std::isfinite(limit) ? limit : want;
+    }
     jobs.push_back(std::move(job));
   }
   return jobs;

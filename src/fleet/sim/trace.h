@@ -110,7 +110,16 @@ struct SyntheticOptions {
   double cpus_per_gpu = 0;
   int64_t memory_mb_per_gpu = 0;
   uint64_t seed = 1;
+  // Declared time limits (max_runtime_s), as users give them: factor × run time,
+  // rounded up to the smallest of runtime_limit_steps_s that is at least that
+  // (none: the product itself). 0: jobs declare no limit. Draws no random numbers,
+  // so the rest of the trace is the same with or without it.
+  double runtime_limit_factor = 0;
+  std::vector<double> runtime_limit_steps_s;
 };
+
+// Slurm-style rounded limits: 1 h, 2 h, 4 h, 8 h, 24 h, 72 h, 7 days.
+std::vector<double> SlurmRuntimeLimitSteps();
 
 // Checks ranges, and that every distribution's probabilities are positive and sum to 1.
 Status ValidateSyntheticOptions(const SyntheticOptions& options);

@@ -719,5 +719,87 @@ TEST(SyntheticConfig, Errors) {
   EXPECT_NE(syntax.find(": "), std::string::npos) << syntax;
 }
 
+TEST(Synthetic, RuntimeLimitsRoundUpLikeUsers) {
+  SyntheticOptions o;
+  o.jobs = 2000;
+  o.duration_median_s = 3 * 3600;
+  o.duration_sigma = 1.5;
+  o.duration_min_s = 60;
+  o.duration_max_s = 10 * 86400;
+  ASSERT_OK_AND_ASSIGN(auto plain, GenerateSynthetic(o));
+  o.runtime_limit_factor = 1.5;
+  o.runtime_limit_steps_s = SlurmRuntimeLimitSteps();
+  ASSERT_OK_AND_ASSIGN(auto limited, GenerateSynthetic(o));
+  ASSERT_EQ(plain.size(), limited.size());
+  const std::vector<double> steps = SlurmRuntimeLimitSteps();
+  int over_all_steps = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    // Everything but the limit is the same trace.
+    TraceJob same = limited[i];
+    same.max_runtime_s = 0;
+    ASSERT_EQ(same, plain[i]);
+    const double want = 1.5 * plain[i].duration_s;
+    const double limit = limited[i].max_runtime_s;
+    ASSERT_GE(limit, want);
+    ASSERT_OK(ValidateJob(limited[i]));
+    if (want > steps.back()) {
+      EXPECT_EQ(limit, want);  // past 7 days: the product itself
+      ++over_all_steps;
+      continue;
+    }
+    // The smallest step at or above factor × duration.
+    auto it = std::lower_bound(steps.begin(), steps.end(), want);
+    ASSERT_NE(it, steps.end());
+    EXPECT_EQ(limit, *it);
+  }
+  EXPECT_GT(over_all_steps, 0);
+  // Without steps: factor × duration exactly.
+  o.runtime_limit_steps_s.clear();
+  o.runtime_limit_factor = 2;
+  ASSERT_OK_AND_ASSIGN(auto doubled, GenerateSynthetic(o));
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(doubled[i].max_runtime_s, 2 * plain[i].duration_s);
+  }
+}
+
+TEST(Synthetic, RuntimeLimitOptionsAreChecked) {
+  SyntheticOptions o;
+  o.runtime_limit_factor = 0.5;
+  EXPECT_EQ(ValidateSyntheticOptions(o).message(),
+            "runtime_limit.factor: must be 0 (no limits) or in [1, 1e6]");
+  o.runtime_limit_factor = 1;
+  o.runtime_limit_steps_s = {3600, -1};
+  EXPECT_EQ(ValidateSyntheticOptions(o).message(),
+            "runtime_limit.round_up_to: steps must be > 0 seconds");
+  o.runtime_limit_factor = 0;
+  o.runtime_limit_steps_s = {3600};
+  EXPECT_EQ(ValidateSyntheticOptions(o).message(),
+            "runtime_limit.round_up_to: needs a factor (>= 1)");
+  EXPECT_EQ(GenerateSynthetic(o).status().code(), StatusCode::kInvalid);
+
+  ASSERT_OK_AND_ASSIGN(auto slurm,
+                       ParseSyntheticOptions("runtime_limit: {factor: 2, round_up_to: slurm}\n"));
+  EXPECT_EQ(slurm.runtime_limit_factor, 2);
+  EXPECT_EQ(slurm.runtime_limit_steps_s, SlurmRuntimeLimitSteps());
+  ASSERT_OK_AND_ASSIGN(auto listed, ParseSyntheticOptions("runtime_limit:\n  factor: 1.2\n"
+                                                          "  round_up_to: [1800, 7200]\n"));
+  EXPECT_EQ(listed.runtime_limit_steps_s, (std::vector<double>{1800, 7200}));
+  ASSERT_OK_AND_ASSIGN(auto none, ParseSyntheticOptions("jobs: 5\n"));
+  EXPECT_EQ(none.runtime_limit_factor, 0);
+  ASSERT_OK_AND_ASSIGN(auto jobs, GenerateSynthetic(none));
+  for (const auto& j : jobs) EXPECT_EQ(j.max_runtime_s, 0);
+
+  auto err = [](const char* yaml) { return ParseSyntheticOptions(yaml).status().message(); };
+  EXPECT_EQ(err("runtime_limit: 2\n"), "1:16: runtime_limit: expected a map");
+  EXPECT_EQ(err("runtime_limit: {factor: 2, round: slurm}\n"),
+            "1:28: runtime_limit.round: unknown key");
+  EXPECT_EQ(err("runtime_limit: {factor: 2, round_up_to: weekly}\n"),
+            "1:41: runtime_limit.round_up_to: expected 'slurm' or a list of seconds");
+  EXPECT_EQ(err("runtime_limit: {factor: 2, round_up_to: [1h]}\n"),
+            "1:42: runtime_limit.round_up_to[0]: expected a number of seconds, got '1h'");
+  EXPECT_EQ(err("runtime_limit: {factor: 0.5}\n"),
+            "1:1: runtime_limit.factor: must be 0 (no limits) or in [1, 1e6]");
+}
+
 }  // namespace
 }  // namespace ferry::fleet::sim
