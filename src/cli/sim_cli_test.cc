@@ -18,29 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::path(::testing::TempDir()) /
-            ("ferry_sim_cli_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Write(const std::string& name, const std::string& text) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 struct Outcome {
   int code = 0;
@@ -108,7 +85,8 @@ constexpr char kTrace[] =
     "j4,b,20,20,2,2\n";
 
 TEST(SimCli, UsageErrorsExitTwo) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   const std::string config = dir.Write("cluster.yaml", kCluster);
   const std::string trace = dir.Write("trace.csv", kTrace);
   struct Case {
@@ -137,7 +115,8 @@ TEST(SimCli, UsageErrorsExitTwo) {
 }
 
 TEST(SimCli, BadFilesExitOne) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   const std::string config = dir.Write("cluster.yaml", kCluster);
   const std::string trace = dir.Write("trace.csv", kTrace);
   const std::string broken_config = dir.Write("broken.yaml", "pools: [\n");
@@ -148,14 +127,14 @@ TEST(SimCli, BadFilesExitOne) {
     std::vector<std::string> args;
     std::string message;
   } cases[] = {
-      {{"--config", dir.path("missing.yaml"), "--trace", trace}, "missing.yaml"},
+      {{"--config", dir / "missing.yaml", "--trace", trace}, "missing.yaml"},
       {{"--config", broken_config, "--trace", trace}, "broken.yaml"},
       {{"--config", typo, "--trace", trace}, "colour"},
-      {{"--config", config, "--trace", dir.path("missing.csv")}, "missing.csv"},
+      {{"--config", config, "--trace", dir / "missing.csv"}, "missing.csv"},
       {{"--config", config, "--trace", broken_trace}, "broken.csv"},
       {{"--config", config, "--synthetic", broken_gen}, "gen.yaml:1:7: jobs"},
       {{"--config", config, "--philly", trace}, "trace.csv"},
-      {{"--config", config, "--helios", dir.path("none.csv")}, "none.csv"},
+      {{"--config", config, "--helios", dir / "none.csv"}, "none.csv"},
   };
   for (const Case& c : cases) {
     std::string joined;
@@ -168,10 +147,11 @@ TEST(SimCli, BadFilesExitOne) {
 }
 
 TEST(SimCli, RunsEveryPolicyAndWritesReports) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   const std::string config = dir.Write("cluster.yaml", kCluster);
   const std::string trace = dir.Write("trace.csv", kTrace);
-  const std::string out_dir = dir.path("out");
+  const std::string out_dir = dir / "out";
   Outcome outcome = Sim({"--config", config, "--trace", trace, "--policy", "fifo,fair_share+spread",
                          "--policy", "drf", "--cycle-s", "0", "--out", out_dir});
   ASSERT_EQ(outcome.code, 0) << outcome.err;
@@ -198,7 +178,8 @@ TEST(SimCli, RunsEveryPolicyAndWritesReports) {
 }
 
 TEST(SimCli, MergesSyntheticWorkloadsAndComparesConfigs) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   const std::string a = dir.Write("a.yaml", kCluster);
   const std::string b = dir.Write("b.yaml", std::string(kCluster) + "backfill: {enabled: false}\n");
   const std::string small = dir.Write("small.yaml",
@@ -208,7 +189,7 @@ TEST(SimCli, MergesSyntheticWorkloadsAndComparesConfigs) {
       dir.Write("big.yaml",
                 "jobs: 5\narrival_rate_per_s: 0.01\nseed: 4\n"
                 "tenants: [{name: b}]\ngpus_per_task: [{gpus: 2, probability: 1}]\n");
-  const std::string out_dir = dir.path("out");
+  const std::string out_dir = dir / "out";
   Outcome outcome = Sim({"--config", a, "--config", b, "--synthetic", small, "--synthetic", big,
                          "--policy", "fifo", "--out", out_dir});
   ASSERT_EQ(outcome.code, 0) << outcome.err;

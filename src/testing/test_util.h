@@ -6,10 +6,15 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -65,10 +70,36 @@ class ScratchDir {
   const std::string& path() const { return path_; }
   // path() + "/" + name.
   std::string operator/(std::string_view name) const { return path_ + "/" + std::string(name); }
+  // Writes `text` (bytes as given) to path()/name and returns that path.
+  std::string Write(std::string_view name, std::string_view text) const {
+    const std::string file = *this / name;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+    return file;
+  }
 
  private:
   std::string path_;
 };
+
+// The whole file, or "" when it cannot be read.
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Polls `condition` every 20 ms for at most `seconds`; its last answer.
+inline bool WaitFor(const std::function<bool()>& condition, double seconds = 20) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
 
 // n values start, start+1, ...: their sum.
 inline int64_t SequenceSum(int64_t n, int64_t start) { return n * start + n * (n - 1) / 2; }

@@ -450,24 +450,8 @@ TEST(LocalProviderOptions, MakeRefusesIncompleteOptions) {
 
 // ---------------------------------------------------------------- local: real agents
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Polls `condition` every 20 ms for at most `seconds`.
-bool WaitFor(const std::function<bool()>& condition, double seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(seconds));
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
+using ferry::testing::ReadFile;
+using ferry::testing::WaitFor;
 
 // Live (non-zombie) processes whose command line holds "--name <node>".
 std::vector<pid_t> AgentPids(const std::string& node) {

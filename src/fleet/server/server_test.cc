@@ -42,22 +42,8 @@ struct Reply {
   std::string Type() const { return body.is_object() ? body.value("type", "") : ""; }
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Polls `condition` every 20 ms for at most `seconds`.
-bool WaitFor(const std::function<bool()>& condition, int seconds = 20) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
+using ferry::testing::ReadFile;
+using ferry::testing::WaitFor;
 
 // A server running in a thread for the duration of one test.
 class TestServer {

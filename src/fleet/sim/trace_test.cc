@@ -23,29 +23,6 @@ std::string Fixture(const std::string& name) {
   return std::string(FERRY_TRACE_TESTDATA) + "/" + name;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::path(::testing::TempDir()) /
-            ("ferry_trace_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string Path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::vector<TraceJob> SampleJobs() {
   TraceJob a;
@@ -82,22 +59,24 @@ std::vector<TraceJob> SampleJobs() {
 // ---- Round trips
 
 TEST(TraceFormat, CsvRoundTrip) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   auto jobs = SampleJobs();
   std::sort(jobs.begin(), jobs.end(),
             [](const TraceJob& x, const TraceJob& y) { return x.submit_s < y.submit_s; });
-  std::string path = dir.Path("trace.csv");
+  std::string path = dir / "trace.csv";
   ASSERT_OK(WriteTrace(path, jobs));
   ASSERT_OK_AND_ASSIGN(auto back, ReadTrace(path));
   EXPECT_EQ(back, jobs);
 }
 
 TEST(TraceFormat, JsonRoundTrip) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   auto jobs = SampleJobs();
   std::sort(jobs.begin(), jobs.end(),
             [](const TraceJob& x, const TraceJob& y) { return x.submit_s < y.submit_s; });
-  std::string path = dir.Path("trace.json");
+  std::string path = dir / "trace.json";
   ASSERT_OK(WriteTrace(path, jobs));
   ASSERT_OK_AND_ASSIGN(auto back, ReadTrace(path));
   EXPECT_EQ(back, jobs);
@@ -284,26 +263,27 @@ TEST(TraceJsonErrors, ValidationNamesTheJob) {
 }
 
 TEST(TraceFiles, ReadAndWriteErrors) {
-  TempDir dir;
-  auto r = ReadTrace(dir.Path("trace.txt"));
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto r = ReadTrace(dir / "trace.txt");
   EXPECT_EQ(r.status().message(),
-            dir.Path("trace.txt") + ": unknown trace format (use .csv or .json)");
-  r = ReadTrace(dir.Path("missing.csv"));
+            (dir / "trace.txt") + ": unknown trace format (use .csv or .json)");
+  r = ReadTrace(dir / "missing.csv");
   EXPECT_EQ(r.status().code(), StatusCode::kIOError);
-  EXPECT_EQ(r.status().message(), dir.Path("missing.csv") + ": cannot open file");
+  EXPECT_EQ(r.status().message(), (dir / "missing.csv") + ": cannot open file");
   std::string csv = dir.Write("bad.csv", std::string(kHeader) + "j,t,0,1,0,1\n");
   EXPECT_EQ(ReadTrace(csv).status().message(), csv + ":2: tasks: must be >= 1");
 
   auto jobs = SampleJobs();
   jobs[1].tasks = 0;
-  std::string out = dir.Path("out.json");
+  std::string out = dir / "out.json";
   EXPECT_EQ(WriteTrace(out, jobs).message(), out + ": jobs[1].tasks: must be >= 1");
   EXPECT_FALSE(fs::exists(out));
   jobs = SampleJobs();
   jobs[2].id = jobs[0].id;
-  EXPECT_EQ(WriteTrace(dir.Path("o.csv"), jobs).message(),
-            dir.Path("o.csv") + ": jobs[2].id: duplicate id '" + jobs[0].id + "'");
-  EXPECT_FALSE(WriteTrace(dir.Path("o.yaml"), SampleJobs()).ok());
+  EXPECT_EQ(WriteTrace(dir / "o.csv", jobs).message(),
+            (dir / "o.csv") + ": jobs[2].id: duplicate id '" + jobs[0].id + "'");
+  EXPECT_FALSE(WriteTrace(dir / "o.yaml", SampleJobs()).ok());
 }
 
 // ---- Importers
@@ -363,7 +343,8 @@ TEST(ImportPhilly, OptionsWindowMaxJobsAndModel) {
 }
 
 TEST(ImportPhilly, BadFiles) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   std::string empty = Fixture("empty_file");
   EXPECT_EQ(ImportPhilly(empty, {}).status().message(), empty + ": empty file");
   std::string wrong = Fixture("wrong_layout.json");
@@ -379,7 +360,7 @@ TEST(ImportPhilly, BadFiles) {
   ASSERT_OK_AND_ASSIGN(auto jobs, ImportPhilly(dir.Write("none", "[]"), {}, &stats));
   EXPECT_TRUE(jobs.empty());
   EXPECT_EQ(stats.read, 0);
-  EXPECT_EQ(ImportPhilly(dir.Path("missing"), {}).status().code(), StatusCode::kIOError);
+  EXPECT_EQ(ImportPhilly(dir / "missing", {}).status().code(), StatusCode::kIOError);
   ImportOptions bad;
   bad.window_start_s = 10;
   bad.window_end_s = 5;
@@ -442,7 +423,8 @@ TEST(ImportHelios, BadFiles) {
             wrong + ": not a Helios cluster_log.csv: missing column 'job_id'");
   std::string philly = Fixture("philly_cluster_job_log");
   EXPECT_FALSE(ImportHelios(philly, {}).ok());
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   ImportStats stats;
   ASSERT_OK_AND_ASSIGN(
       auto jobs,
@@ -453,16 +435,18 @@ TEST(ImportHelios, BadFiles) {
 }
 
 TEST(Importers, OutputWritesAndReadsBack) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   ASSERT_OK_AND_ASSIGN(auto jobs, ImportHelios(Fixture("helios_cluster_log.csv"), {}));
-  ASSERT_OK(WriteTrace(dir.Path("h.csv"), jobs));
-  ASSERT_OK_AND_ASSIGN(auto back, ReadTrace(dir.Path("h.csv")));
+  ASSERT_OK(WriteTrace(dir / "h.csv", jobs));
+  ASSERT_OK_AND_ASSIGN(auto back, ReadTrace(dir / "h.csv"));
   EXPECT_EQ(back, jobs);
 }
 
 // Damaged input must give a result or a clear error, never a crash (ASan checks the rest).
 TEST(Importers, SurviveDamagedFiles) {
-  TempDir dir;
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
   std::ifstream philly_in(Fixture("philly_cluster_job_log")),
       helios_in(Fixture("helios_cluster_log.csv"));
   std::stringstream philly_text, helios_text;
