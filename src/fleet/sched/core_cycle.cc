@@ -20,6 +20,7 @@
 #include <queue>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -235,6 +236,7 @@ class CycleRun {
     return model_lists_[static_cast<size_t>(job.models)];
   }
   const std::string& What(int index);
+  std::string NoCapacityMessage(int index);
 
   // ---- placement
   int64_t Cap(const Node& node, int model, const Shape& s, uint64_t mask, int64_t cap) const;
@@ -290,7 +292,7 @@ class CycleRun {
       out_.pending.emplace_back();
     }
     PendingReason& r = out_.pending[static_cast<size_t>(slot)];
-    r.job_id = snap_.pending[static_cast<size_t>(index)].job_id;
+    r.job_id = jobs_[static_cast<size_t>(index)].job_id;  // hot in cache, unlike snap_.pending
     r.reason.assign(code);
     r.message = std::move(message);
     has_reason_[static_cast<size_t>(index)] = 1;
@@ -349,6 +351,7 @@ class CycleRun {
   std::map<std::tuple<int, int, int, double, int64_t>, int> shape_ids_;
   std::unordered_map<Key3, std::string, Key3Hash> what_;  // (key, tasks) -> description
   std::unordered_map<std::string, Tiers> tiers_;
+  std::vector<const Tiers*> tiers_fast_;          // [set * 2 + preemptible under cost scoring]
   std::unordered_map<int64_t, int> waiting_for_;  // job -> terminating victims for it
   std::vector<uint8_t> preempted_;                // per running job
   std::unordered_map<Key3, int, Key3Hash>
@@ -367,6 +370,31 @@ class CycleRun {
   int min_preemptible_priority_ = std::numeric_limits<int>::max();
   bool any_borrowing_ = false;
   std::vector<Reservation> reservations_;
+  // Per reservation, the start of the message of jobs it holds back (built
+  // on first use; reservations never change once made).
+  std::vector<std::string> reserved_text_;
+  std::string limit_text_;  // the fair-share preemption limit, as jobs see it
+  const std::string& LimitText() {
+    if (limit_text_.empty()) {
+      limit_text_ = "fair-share preemption limit reached (" +
+                    std::to_string(config_.preemption.fair_share_max) + " per " +
+                    Num(config_.preemption.fair_share_window_s) + " s)";
+    }
+    return limit_text_;
+  }
+  const std::string& ReservedText(size_t r) {
+    if (reserved_text_.size() < reservations_.size()) reserved_text_.resize(reservations_.size());
+    std::string& text = reserved_text_[r];
+    if (text.empty()) {
+      const Reservation& res = reservations_[r];
+      text = std::isfinite(res.start_s)
+                 ? "reserved for job " + std::to_string(res.job_id) + " from t=" + Num(res.start_s)
+                 : "held for job " + std::to_string(res.job_id) +
+                       " (draining: its start cannot be planned, jobs without a max runtime "
+                       "hold the capacity it needs)";
+    }
+    return text;
+  }
   std::vector<int> reservation_of_job_;  // per pending index: reservation or -1
   int reserve_attempts_ = 0;
   std::vector<uint8_t> mark_;  // scratch per node
@@ -379,6 +407,7 @@ class CycleRun {
   std::vector<int> scratch_possible_, scratch_admitted_, scratch_positions_;
   std::vector<std::pair<int, int>> scratch_per_model_;
   std::vector<Pick> scratch_picks_, scratch_best_;
+  std::vector<int> scratch_used_;
   struct DomainOption {
     int domain;
     int tier;
@@ -421,16 +450,28 @@ void CycleRun::IndexPools() {
     pools_.push_back(std::move(pool));
     if (p.node.gpus > 0) InternModel(p.node.gpu_model);
   }
-  // Pools only the snapshot names: on-prem, price 0.
+  // Pools only the snapshot names: on-prem, price 0. Neighbouring nodes
+  // mostly share a pool and GPU model: the last ones are remembered.
+  const std::string* last_pool = nullptr;
+  int last_pool_id = -1;
+  const std::string* last_model = nullptr;
   for (const NodeInfo& n : snap_.nodes) {
-    if (!pool_ids_.count(n.pool)) {
-      pool_ids_.emplace(n.pool, static_cast<int>(pools_.size()));
-      Pool pool;
-      pool.name = n.pool;
-      pools_.push_back(std::move(pool));
+    if (last_pool == nullptr || n.pool != *last_pool) {
+      auto [it, added] = pool_ids_.try_emplace(n.pool, static_cast<int>(pools_.size()));
+      if (added) {
+        Pool pool;
+        pool.name = n.pool;
+        pools_.push_back(std::move(pool));
+      }
+      last_pool = &n.pool;
+      last_pool_id = it->second;
     }
-    pools_[static_cast<size_t>(pool_ids_[n.pool])].nodes++;
-    for (const GpuSlot& g : n.gpus) InternModel(g.model);
+    pools_[static_cast<size_t>(last_pool_id)].nodes++;
+    for (const GpuSlot& g : n.gpus) {
+      if (last_model != nullptr && g.model == *last_model) continue;
+      InternModel(g.model);
+      last_model = &g.model;
+    }
   }
   if (config_.pool_sets.empty()) {
     SetInfo set;
@@ -474,20 +515,26 @@ void CycleRun::IndexNodes() {
         if (g.id != 0) ids.push_back(g.id);
       }
     }
-    std::sort(ids.begin(), ids.end());
+    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
     for (size_t k = 1; k < ids.size(); ++k) {
       if (ids[k] == ids[k - 1]) dup_ids.insert(ids[k]);
     }
   }
   std::string last_model;
   int last_model_id = -1;
+  const std::string* last_pool = nullptr;
+  int last_pool_id = -1;
   std::vector<int> order;
   nodes_.resize(snap_.nodes.size());
   for (size_t i = 0; i < snap_.nodes.size(); ++i) {
     const NodeInfo& info = snap_.nodes[i];
     Node& node = nodes_[i];
     node.info = &info;
-    node.pool = pool_ids_[info.pool];
+    if (last_pool == nullptr || info.pool != *last_pool) {
+      last_pool = &info.pool;
+      last_pool_id = pool_ids_[info.pool];
+    }
+    node.pool = last_pool_id;
     // A node id or name seen before: the later node is ignored (never used).
     bool duplicate = (info.id != 0 && !node_ids.insert(info.id).second) ||
                      (!info.name.empty() && !node_names.insert(info.name).second);
@@ -495,7 +542,8 @@ void CycleRun::IndexNodes() {
     node.cpus_free = std::isfinite(info.cpus - info.cpus_used) ? info.cpus - info.cpus_used : 0;
     node.memory_free = info.memory_mb - info.memory_mb_used;
     if (!info.domain.empty()) {
-      auto [it, added] = domain_ids.emplace(info.domain, static_cast<int>(domain_nodes_.size()));
+      auto [it, added] =
+          domain_ids.try_emplace(info.domain, static_cast<int>(domain_nodes_.size()));
       if (added) domain_nodes_.emplace_back();
       node.domain = it->second;
       domain_nodes_[static_cast<size_t>(node.domain)].push_back(static_cast<int>(i));
@@ -566,12 +614,25 @@ void CycleRun::NoteBorrowing() {
 }
 
 void CycleRun::IndexRunning() {
-  std::unordered_map<int64_t, int> by_id;
-  std::unordered_map<std::string, int> by_name;
+  // Node ids (never 0) -> first node with it: open addressing, linear probing.
+  size_t cap = 16;
+  while (cap < 2 * nodes_.size()) cap <<= 1;
+  std::vector<std::pair<int64_t, int>> by_id(cap, {0, -1});
+  const auto slot_of = [&](int64_t id) {
+    uint64_t h = static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL;
+    size_t k = static_cast<size_t>(h >> 20) & (cap - 1);
+    while (by_id[k].first != 0 && by_id[k].first != id) k = (k + 1) & (cap - 1);
+    return k;
+  };
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (snap_.nodes[i].id != 0) by_id.emplace(snap_.nodes[i].id, static_cast<int>(i));
-    by_name.emplace(snap_.nodes[i].name, static_cast<int>(i));
+    const int64_t id = snap_.nodes[i].id;
+    if (id == 0) continue;
+    const size_t k = slot_of(id);
+    if (by_id[k].first == 0) by_id[k] = {id, static_cast<int>(i)};
   }
+  // Names (first node with it) only when some task has no known node id.
+  std::unordered_map<std::string_view, int> by_name;
+  bool names_built = false;
   holds_.resize(snap_.running.size());
   running_models_.resize(snap_.running.size());
   preempted_.assign(snap_.running.size(), 0);
@@ -594,12 +655,16 @@ void CycleRun::IndexRunning() {
     }
     for (const TaskPlacement& task : job.tasks) {
       int n = -1;
-      if (task.node_id != 0) {
-        auto it = by_id.find(task.node_id);
-        if (it != by_id.end()) n = it->second;
-      }
+      if (task.node_id != 0) n = by_id[slot_of(task.node_id)].second;
       if (n < 0) {
-        auto it = by_name.find(task.node);
+        if (!names_built) {
+          names_built = true;
+          by_name.reserve(nodes_.size());
+          for (size_t i = 0; i < nodes_.size(); ++i) {
+            by_name.emplace(snap_.nodes[i].name, static_cast<int>(i));
+          }
+        }
+        auto it = by_name.find(std::string_view(task.node));
         if (it != by_name.end()) n = it->second;
       }
       if (n < 0) continue;
@@ -713,6 +778,18 @@ std::string Describe(const PendingJob& job) {
   return what;
 }
 
+std::string CycleRun::NoCapacityMessage(int index) {
+  const JobInfo& job = jobs_[static_cast<size_t>(index)];
+  if (job.key < 0) return "no free capacity for " + What(index);
+  // Jobs of one shape share the text: built once, copied after.
+  const Key3 key{job.key, job.shape.tasks, 1};
+  auto it = what_.find(key);
+  if (it != what_.end()) return it->second;
+  std::string message = "no free capacity for " + What(index);
+  what_.emplace(key, message);
+  return message;
+}
+
 const std::string& CycleRun::What(int index) {
   const PendingJob& p = snap_.pending[static_cast<size_t>(index)];
   const JobInfo& job = jobs_[static_cast<size_t>(index)];
@@ -761,6 +838,7 @@ void CycleRun::PrepareJobs() {
     const PendingJob& p = snap_.pending[i];
     JobInfo& job = jobs_[i];
     const int index = static_cast<int>(i);
+    job.job_id = p.job_id;
     // A job listed twice: only its first entry counts.
     if (!increasing && !seen.insert(p.job_id).second) {
       has_reason_[i] = 2;
@@ -794,7 +872,6 @@ void CycleRun::PrepareJobs() {
       job.set = it->second;
     }
     job.shape = {p.tasks, p.gpus_per_task, p.cpus_per_task, p.memory_mb_per_task};
-    job.job_id = p.job_id;
     job.priority = p.priority;
     job.preemptible = p.preemptible;
     job.max_runtime_s = p.max_runtime_s;
@@ -880,13 +957,25 @@ const Tiers& CycleRun::TiersFor(const JobInfo& job, const PendingJob& pending) {
 
 const Tiers& CycleRun::MakeTiers(const JobInfo& job, const PendingJob& pending) {
   const SetInfo& set = sets_[static_cast<size_t>(job.set)];
+  // Without datasets to weigh, the set (and for cost scoring, preemptible)
+  // decides the tiers: an array lookup instead of a string key.
+  const bool plain = set.scoring != Scoring::kLocality || pending.datasets.empty();
+  const size_t fast = static_cast<size_t>(job.set) * 2 +
+                      (set.scoring == Scoring::kCost && pending.preemptible ? 1 : 0);
+  if (plain) {
+    if (tiers_fast_.size() < sets_.size() * 2) tiers_fast_.assign(sets_.size() * 2, nullptr);
+    if (tiers_fast_[fast] != nullptr) return *tiers_fast_[fast];
+  }
   std::string key = std::to_string(job.set);
   if (set.scoring == Scoring::kCost) key += pending.preemptible ? "|p" : "|n";
   if (set.scoring == Scoring::kLocality) {
     for (const std::string& d : pending.datasets) key += "|" + d;
   }
   auto it = tiers_.find(key);
-  if (it != tiers_.end()) return it->second;
+  if (it != tiers_.end()) {
+    if (plain) tiers_fast_[fast] = &it->second;
+    return it->second;
+  }
   // A sort key per pool; equal keys share a tier.
   std::vector<std::pair<std::pair<int, double>, int>> keyed;
   for (int p : set.pools) {
@@ -933,7 +1022,9 @@ const Tiers& CycleRun::MakeTiers(const JobInfo& job, const PendingJob& pending) 
     tiers.tier_of_pool[static_cast<size_t>(keyed[i].second)] =
         static_cast<int>(tiers.pools.size()) - 1;
   }
-  return tiers_.emplace(std::move(key), std::move(tiers)).first->second;
+  const Tiers& made = tiers_.emplace(std::move(key), std::move(tiers)).first->second;
+  if (plain) tiers_fast_[fast] = &made;
+  return made;
 }
 
 // ---------------------------------------------------------------- placement
@@ -1151,7 +1242,8 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
   }
 
   int64_t remaining = s.tasks;
-  std::vector<int> used;
+  std::vector<int>& used = scratch_used_;  // Search never runs inside itself
+  used.clear();
   auto take = [&](int n, int64_t k) {
     picks->push_back({n, k});
     mark_[static_cast<size_t>(n)] = 1;
@@ -1269,7 +1361,9 @@ void CycleRun::Place(int index, const JobInfo& job, int model, const std::vector
   Placement placement;
   placement.job_id = job.job_id;
   placement.attempt = p.attempt;
+  placement.tasks.reserve(static_cast<size_t>(s.tasks));
   Hold hold;
+  hold.parts.reserve(picks.size());
   hold.end_s = job.max_runtime_s > 0 && std::isfinite(job.max_runtime_s)
                    ? now_ + job.max_runtime_s
                    : std::numeric_limits<double>::infinity();
@@ -1289,6 +1383,10 @@ void CycleRun::Place(int index, const JobInfo& job, int model, const std::vector
       tp.task = task++;
       tp.node_id = info.id;
       tp.node = info.name;
+      if (free != nullptr && s.gpus > 0) {
+        tp.gpu_ids.reserve(static_cast<size_t>(s.gpus));
+        tp.gpu_indices.reserve(static_cast<size_t>(s.gpus));
+      }
       for (int g = 0; g < s.gpus && free != nullptr; ++g) {
         const GpuSlot& slot = info.gpus[static_cast<size_t>(free->positions[next++])];
         tp.gpu_ids.push_back(slot.id);
@@ -1378,10 +1476,11 @@ void CycleRun::Schedule(int index) {
     bool limited = false;
     if (TryReclaim(index, job, possible, &limited)) return;
     if (limited) {
-      SetReason(index, reason::kPolicy,
-                "fair-share preemption limit reached (" +
-                    std::to_string(config_.preemption.fair_share_max) + " per " +
-                    Num(config_.preemption.fair_share_window_s) + " s); " + quota_message);
+      const std::string& limit = LimitText();
+      std::string message;
+      message.reserve(limit.size() + 2 + quota_message.size());
+      message.append(limit).append("; ").append(quota_message);
+      SetReason(index, reason::kPolicy, std::move(message));
       return;
     }
     SetReason(index, reason::kQuotaExceeded, quota_message);
@@ -1432,19 +1531,21 @@ void CycleRun::Schedule(int index) {
       if (Search(job, p, m, all, &picks, &found)) {
         for (size_t r = 0; r < reservations_.size(); ++r) {
           if ((mask >> r) & 1) continue;
-          const Reservation& res = reservations_[r];
-          if (!std::isfinite(res.start_s)) {
-            SetReason(index, reason::kPolicy,
-                      "held for job " + std::to_string(res.job_id) +
-                          " (draining: its start cannot be planned, jobs without a max runtime "
-                          "hold the capacity it needs)");
+          const std::string& held = ReservedText(r);
+          if (!std::isfinite(reservations_[r].start_s)) {
+            SetReason(index, reason::kPolicy, held);
             return;
           }
-          SetReason(
-              index, reason::kPolicy,
-              "reserved for job " + std::to_string(res.job_id) + " from t=" + Num(res.start_s) +
-                  (p.max_runtime_s > 0 ? "; this job would end at t=" + Num(now_ + p.max_runtime_s)
-                                       : "; this job has no max runtime"));
+          std::string message;
+          if (p.max_runtime_s > 0) {
+            const std::string end = Num(now_ + p.max_runtime_s);
+            message.reserve(held.size() + 30 + end.size());
+            message.append(held).append("; this job would end at t=").append(end);
+          } else {
+            message.reserve(held.size() + 30);
+            message.append(held).append("; this job has no max runtime");
+          }
+          SetReason(index, reason::kPolicy, std::move(message));
           return;
         }
       }
@@ -1462,17 +1563,18 @@ void CycleRun::Schedule(int index) {
   bool limited = false;
   if (TryReclaim(index, job, admitted, &limited)) return;
   if (limited) {
-    SetReason(index, reason::kPolicy,
-              "fair-share preemption limit reached (" +
-                  std::to_string(config_.preemption.fair_share_max) + " per " +
-                  Num(config_.preemption.fair_share_window_s) + " s)");
+    SetReason(index, reason::kPolicy, LimitText());
     return;
   }
   if (found_most > 0) {
-    SetReason(index, reason::kGangIncomplete,
-              "only " + std::to_string(found_most) + " of " + What(index) + " fit now");
+    const std::string& what = What(index);
+    const std::string count = std::to_string(found_most);
+    std::string message;
+    message.reserve(what.size() + count.size() + 17);
+    message.append("only ").append(count).append(" of ").append(what).append(" fit now");
+    SetReason(index, reason::kGangIncomplete, std::move(message));
   } else {
-    SetReason(index, reason::kNoCapacity, "no free capacity for " + What(index));
+    SetReason(index, reason::kNoCapacity, NoCapacityMessage(index));
   }
   if (config_.backfill.enabled &&
       static_cast<int>(reservations_.size()) < config_.backfill.reservations &&
