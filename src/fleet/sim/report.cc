@@ -1,5 +1,6 @@
 // Metrics, CSV, markdown and SVG reports of simulation runs (report.h).
 #include "fleet/sim/report.h"
+#include "fleet/sim/trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -28,17 +29,6 @@ std::string Fixed(double value, int decimals) {
   return buffer;
 }
 
-// RFC 4180: quoted when it holds a comma, quote or line break.
-std::string CsvField(std::string_view text) {
-  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
 
 std::string XmlEscape(std::string_view text) {
   std::string out;
@@ -248,7 +238,7 @@ std::string FormatRunsCsv(const std::vector<RunMetrics>& runs) {
       "interruptions,"
       "interrupted_jobs,placements,conflicts,cycles,core_ms_avg,core_ms_max,wall_s\n";
   for (const RunMetrics& m : runs) {
-    const std::string fields[] = {CsvField(m.label),
+    const std::string fields[] = {CsvQuote(m.label),
                                   std::to_string(m.jobs),
                                   std::to_string(m.completed),
                                   std::to_string(m.failed),
@@ -299,10 +289,10 @@ std::string FormatJobsCsv(const SimResult& result) {
     const bool started = o.first_start_s >= 0;
     const bool ended = o.end_s >= 0;
     const std::string fields[] = {
-        CsvField(j.id),
-        CsvField(j.tenant),
-        CsvField(j.team),
-        CsvField(j.user),
+        CsvQuote(j.id),
+        CsvQuote(j.tenant),
+        CsvQuote(j.team),
+        CsvQuote(j.user),
         Num(j.submit_s),
         Num(j.duration_s),
         std::to_string(j.tasks),
@@ -319,9 +309,9 @@ std::string FormatJobsCsv(const SimResult& result) {
         std::to_string(o.interruptions),
         Num(o.gpu_seconds),
         Num(o.cost),
-        CsvField(o.pool),
+        CsvQuote(o.pool),
         o.cloud ? "true" : "false",
-        CsvField(o.pending_reason)};
+        CsvQuote(o.pending_reason)};
     for (size_t i = 0; i < std::size(fields); ++i) {
       if (i) out.push_back(',');
       out += fields[i];
@@ -336,7 +326,7 @@ std::string FormatTenantsCsv(const RunMetrics& metrics) {
       "tenant,completed,avg_jct_s,avg_slowdown,gpu_seconds,weight,held_gpu_s,entitled_gpu_s,"
       "share_ratio\n";
   for (const TenantMetrics& t : metrics.per_tenant) {
-    out += CsvField(t.tenant) + "," + std::to_string(t.jobs) + "," + Num(t.avg_jct_s) + "," +
+    out += CsvQuote(t.tenant) + "," + std::to_string(t.jobs) + "," + Num(t.avg_jct_s) + "," +
            Num(t.avg_slowdown) + "," + Num(t.gpu_seconds) + "," + Num(t.weight) + "," +
            Num(t.held_gpu_s) + "," + Num(t.entitled_gpu_s) + "," + Num(t.share_ratio) + "\n";
   }

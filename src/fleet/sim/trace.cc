@@ -145,20 +145,6 @@ std::vector<CsvLine> SplitLines(std::string_view text) {
   return lines;
 }
 
-std::string CsvQuote(std::string_view s) {
-  bool needs = s.empty()
-                   ? false
-                   : (s.find_first_of(",\"\n\r") != std::string_view::npos || s.front() == ' ' ||
-                      s.back() == ' ' || s.front() == '\t' || s.back() == '\t');
-  if (!needs) return std::string(s);
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
 
 // ---- Ferry's format: columns
 
@@ -535,6 +521,21 @@ void SetGang(TraceJob* job, int64_t nodes, int64_t gpus) {
 }
 
 }  // namespace
+
+std::string CsvQuote(std::string_view s) {
+  bool needs = s.empty()
+                   ? false
+                   : (s.find_first_of(",\"\n\r") != std::string_view::npos || s.front() == ' ' ||
+                      s.back() == ' ' || s.front() == '\t' || s.back() == '\t');
+  if (!needs) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
 
 // ---- Public: Ferry's format
 

@@ -48,6 +48,10 @@ Status WriteTrace(const std::string& path, const std::vector<TraceJob>& jobs);
 std::string FormatTraceCsv(const std::vector<TraceJob>& jobs);
 std::string FormatTraceJson(const std::vector<TraceJob>& jobs);
 
+// One CSV field (RFC 4180): quoted when it holds a comma, quote, line break or
+// leading/trailing blank, with quotes doubled; as is otherwise.
+std::string CsvQuote(std::string_view text);
+
 // Checks one job against the format's rules; the message names the field ("tasks: ...").
 Status ValidateJob(const TraceJob& job);
 
