@@ -22,7 +22,7 @@
 # Environment: PYTHON (default .venv/bin/python), BUILD_DIR (Release build
 # tree, default build/bench), JOBS, BENCH_QUICK=1 for a smoke run (fewer
 # samples; figures not for reporting), FERRY_FLOOR_SRC (default
-# /work/shared/floor/floor.c), FERRY_PYTHONPATH (where `import ferry` finds
+# ../shared/floor/floor.c beside the checkout), FERRY_PYTHONPATH (where `import ferry` finds
 # the extension; default python/), FERRY_BENCH_CPUS. Every step has a time
 # limit and kills its own child processes when it ends.
 set -euo pipefail
@@ -31,7 +31,7 @@ cd "$root"
 
 python=${PYTHON:-$root/.venv/bin/python}
 build_dir=${BUILD_DIR:-$root/build/bench}
-floor_src=${FERRY_FLOOR_SRC:-/work/shared/floor/floor.c}
+floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
 jobs=${JOBS:-$(nproc)}
 ferry_pythonpath=${FERRY_PYTHONPATH:-$root/python}
 out=$root/bench/results/dataflow

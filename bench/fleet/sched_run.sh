@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc)}
-floor_src=${FERRY_FLOOR_SRC:-/work/shared/floor/floor.c}
+floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
 
 build_dir=${SCHED_BENCH_BUILD:-}
 if [ -z "$build_dir" ]; then

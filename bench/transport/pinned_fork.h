@@ -1,4 +1,4 @@
-/* Force-included into /work/shared/floor/floor.c (cc -include) by run.sh so
+/* Force-included into ../shared/floor/floor.c (cc -include) by run.sh so
  * that the floor's two processes sit on the same cores as the benchmarks'
  * senders and receivers, while floor.c itself stays as it is: its fork()
  * becomes one that pins parent and child as FERRY_FORK_PLACEMENT says, one

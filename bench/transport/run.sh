@@ -13,7 +13,7 @@
 #
 # Environment: PYTHON (default .venv/bin/python), BUILD_DIR (Release build
 # tree, default build/bench), JOBS, BENCH_QUICK=1 for a smoke run,
-# FERRY_FLOOR_SRC (default /work/shared/floor/floor.c), FERRY_PYTHONPATH
+# FERRY_FLOOR_SRC (default ../shared/floor/floor.c beside the checkout), FERRY_PYTHONPATH
 # (where `import ferry` finds the extension; default python/) and
 # FERRY_BENCH_CPUS (below). Every step has a time limit, and each benchmark
 # kills its own child processes when it ends.
@@ -23,7 +23,7 @@ cd "$root"
 
 python=${PYTHON:-$root/.venv/bin/python}
 build_dir=${BUILD_DIR:-$root/build/bench}
-floor_src=${FERRY_FLOOR_SRC:-/work/shared/floor/floor.c}
+floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
 jobs=${JOBS:-$(nproc)}
 out=$root/bench/results/transport
 mkdir -p "$out" "$build_dir"
