@@ -35,6 +35,22 @@ struct TokenInfo {
   int64_t created_at_ms = 0;
 };
 
+// A user as the admin listing shows it.
+struct UserInfo {
+  int64_t id = 0;
+  std::string tenant;
+  std::string team;
+  std::string name;
+  Role role = Role::kUser;
+  int64_t created_at_ms = 0;
+  int64_t active_tokens = 0;  // tokens not revoked
+};
+
+struct RevokeResult {
+  UserInfo user;            // after the revocation (active_tokens is 0)
+  int64_t revoked_tokens = 0;  // how many were active before
+};
+
 // ---- Jobs.
 struct SubmitRequest {
   Principal principal;
@@ -236,6 +252,16 @@ class Store {
   virtual Result<std::optional<Principal>> FindUser(const std::string& tenant,
                                                     const std::string& user) = 0;
   virtual Result<int64_t> CountUsers() = 0;
+  // Every user, or those of `tenant` when given, oldest first. nullopt when
+  // the tenant does not exist.
+  virtual Result<std::optional<std::vector<UserInfo>>> ListUsers(
+      const std::optional<std::string>& tenant) = 0;
+  // Revokes every active token of the user (revoked_at_ms = now_ms), so that
+  // LookupToken no longer finds them. The user stays. nullopt when there is no
+  // such user; revoking again revokes nothing and succeeds.
+  virtual Result<std::optional<RevokeResult>> RevokeUserTokens(const std::string& tenant,
+                                                               const std::string& user,
+                                                               int64_t now_ms) = 0;
 
   // ---- Jobs.
   // Creates the job (PENDING, attempt 1, a "state" event with SUBMITTED) and,

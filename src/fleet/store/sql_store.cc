@@ -565,6 +565,66 @@ class SqlStore final : public Store {
     return n;
   }
 
+  static constexpr const char* kUserInfoSelect =
+      "SELECT u.id, tn.name, tm.name, u.name, u.role, u.created_at_ms,"
+      " (SELECT COUNT(*) FROM api_tokens k WHERE k.user_id = u.id AND k.revoked_at_ms IS NULL)"
+      " FROM users u JOIN teams tm ON tm.id = u.team_id JOIN tenants tn ON tn.id = u.tenant_id";
+
+  static UserInfo UserInfoFromRow(const Row& row) {
+    UserInfo u;
+    u.id = row.Int(0);
+    u.tenant = row.Text(1);
+    u.team = row.Text(2);
+    u.name = row.Text(3);
+    u.role = ParseRole(row.Text(4)).value_or(Role::kUser);
+    u.created_at_ms = row.Int(5);
+    u.active_tokens = row.Int(6);
+    return u;
+  }
+
+  Result<std::optional<std::vector<UserInfo>>> ListUsers(
+      const std::optional<std::string>& tenant) override {
+    std::optional<std::vector<UserInfo>> out;
+    FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
+      out.reset();
+      Params params;
+      std::string query = kUserInfoSelect;
+      if (tenant) {
+        FERRY_ASSIGN_OR_RAISE(Rows found,
+                              c.Query("SELECT id FROM tenants WHERE name = ?", {*tenant}));
+        if (found.empty()) return Status::OK();
+        query += " WHERE u.tenant_id = ?";
+        params.push_back(found[0].Int(0));
+      }
+      FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query(query + " ORDER BY u.id", params));
+      out.emplace();
+      for (const Row& row : rows.rows) out->push_back(UserInfoFromRow(row));
+      return Status::OK();
+    }));
+    return out;
+  }
+
+  Result<std::optional<RevokeResult>> RevokeUserTokens(const std::string& tenant,
+                                                       const std::string& user,
+                                                       int64_t now_ms) override {
+    std::optional<RevokeResult> out;
+    FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+      out.reset();
+      const std::string select = std::string(kUserInfoSelect) + " WHERE tn.name = ? AND u.name = ?";
+      FERRY_ASSIGN_OR_RAISE(Rows found, c.Query(select, {tenant, user}));
+      if (found.empty()) return Status::OK();
+      const int64_t user_id = found[0].Int(0);
+      FERRY_ASSIGN_OR_RAISE(Rows revoked,
+                            c.Query("UPDATE api_tokens SET revoked_at_ms = ?"
+                                    " WHERE user_id = ? AND revoked_at_ms IS NULL",
+                                    {now_ms, user_id}));
+      FERRY_ASSIGN_OR_RAISE(Rows after, c.Query(select, {tenant, user}));
+      out = RevokeResult{UserInfoFromRow(after[0]), revoked.affected};
+      return Status::OK();
+    }));
+    return out;
+  }
+
   // ---- Jobs.
 
   Result<SubmitResult> Submit(const SubmitRequest& request,

@@ -384,6 +384,82 @@ TEST_P(StoreTest, IdentityAndTokens) {
   EXPECT_EQ(users, 2);
 }
 
+TEST_P(StoreTest, ListUsersAndRevokeTheirTokens) {
+  ASSERT_OK_AND_ASSIGN(int64_t acme, store_->EnsureTenant("acme"));
+  ASSERT_OK_AND_ASSIGN(int64_t ml, store_->EnsureTeam(acme, "ml"));
+  ASSERT_OK_AND_ASSIGN(int64_t other, store_->EnsureTenant("other"));
+  ASSERT_OK_AND_ASSIGN(int64_t ops, store_->EnsureTeam(other, "ops"));
+  ASSERT_OK_AND_ASSIGN(int64_t ana, store_->CreateUser(ml, "ana", Role::kUser));
+  ASSERT_OK_AND_ASSIGN(int64_t bob, store_->CreateUser(ml, "bob", Role::kTeamAdmin));
+  ASSERT_OK_AND_ASSIGN(int64_t ana_other, store_->CreateUser(ops, "ana", Role::kUser));
+  const std::string laptop = Sha256Hex("fy_ana_laptop");
+  const std::string ci = Sha256Hex("fy_ana_ci");
+  const std::string bobs = Sha256Hex("fy_bob");
+  const std::string other_ana = Sha256Hex("fy_other_ana");
+  ASSERT_OK(store_->AddToken(ana, laptop, "laptop", 5));
+  ASSERT_OK(store_->AddToken(ana, ci, "ci", 6));
+  ASSERT_OK(store_->AddToken(bob, bobs, "bob", 7));
+  ASSERT_OK(store_->AddToken(ana_other, other_ana, "other", 8));
+
+  ASSERT_OK_AND_ASSIGN(auto all, store_->ListUsers(std::nullopt));
+  ASSERT_TRUE(all.has_value());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].id, ana);  // oldest first
+  EXPECT_EQ((*all)[0].tenant, "acme");
+  EXPECT_EQ((*all)[0].team, "ml");
+  EXPECT_EQ((*all)[0].name, "ana");
+  EXPECT_EQ((*all)[0].role, Role::kUser);
+  EXPECT_EQ((*all)[0].active_tokens, 2);
+  EXPECT_GT((*all)[0].created_at_ms, 0);
+  EXPECT_EQ((*all)[1].name, "bob");
+  EXPECT_EQ((*all)[1].role, Role::kTeamAdmin);
+  EXPECT_EQ((*all)[1].active_tokens, 1);
+  EXPECT_EQ((*all)[2].tenant, "other");
+  EXPECT_EQ((*all)[2].team, "ops");
+  ASSERT_OK_AND_ASSIGN(auto in_other, store_->ListUsers(std::string("other")));
+  ASSERT_TRUE(in_other.has_value());
+  ASSERT_EQ(in_other->size(), 1u);
+  EXPECT_EQ((*in_other)[0].id, ana_other);
+  ASSERT_OK_AND_ASSIGN(auto no_tenant, store_->ListUsers(std::string("nosuch")));
+  EXPECT_FALSE(no_tenant.has_value());
+  ASSERT_OK_AND_ASSIGN(int64_t empty_tenant, store_->EnsureTenant("empty"));
+  (void)empty_tenant;
+  ASSERT_OK_AND_ASSIGN(auto none, store_->ListUsers(std::string("empty")));
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+
+  // Revoking ana of acme ends both her tokens and nobody else's.
+  ASSERT_OK_AND_ASSIGN(auto revoked, store_->RevokeUserTokens("acme", "ana", 100));
+  ASSERT_TRUE(revoked.has_value());
+  EXPECT_EQ(revoked->revoked_tokens, 2);
+  EXPECT_EQ(revoked->user.id, ana);
+  EXPECT_EQ(revoked->user.active_tokens, 0);
+  for (const std::string& hash : {laptop, ci}) {
+    ASSERT_OK_AND_ASSIGN(auto who, store_->LookupToken(hash));
+    EXPECT_FALSE(who.has_value());
+  }
+  for (const std::string& hash : {bobs, other_ana}) {
+    ASSERT_OK_AND_ASSIGN(auto who, store_->LookupToken(hash));
+    EXPECT_TRUE(who.has_value());
+  }
+  // Again: nothing left to revoke, still found.
+  ASSERT_OK_AND_ASSIGN(auto again, store_->RevokeUserTokens("acme", "ana", 200));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->revoked_tokens, 0);
+  ASSERT_OK_AND_ASSIGN(auto missing, store_->RevokeUserTokens("acme", "zed", 200));
+  EXPECT_FALSE(missing.has_value());
+  ASSERT_OK_AND_ASSIGN(auto wrong_tenant, store_->RevokeUserTokens("nosuch", "ana", 200));
+  EXPECT_FALSE(wrong_tenant.has_value());
+  // The user stays and a new token works.
+  ASSERT_OK(store_->AddToken(ana, Sha256Hex("fy_ana_new"), "new", 300));
+  ASSERT_OK_AND_ASSIGN(auto fresh, store_->LookupToken(Sha256Hex("fy_ana_new")));
+  EXPECT_TRUE(fresh.has_value());
+  ASSERT_OK_AND_ASSIGN(auto after, store_->ListUsers(std::string("acme")));
+  ASSERT_TRUE(after.has_value());
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].active_tokens, 1);
+}
+
 TEST_P(StoreTest, SubmitReplayMismatchAndExpiry) {
   Principal ana = User("acme", "ml", "ana");
   SubmitRequest req;
