@@ -36,8 +36,8 @@
 #include "ferry/fleet/provider.h"
 #include "ferry/fleet/sched.h"
 #include "ferry/fleet/sched_config.h"
-#include "ferry/fleet/scheduler.h"
 #include "ferry/fleet/store.h"
+#include "fleet/server/listener.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/sched_bridge.h"
 #include "fleet/server/server_internal.h"
@@ -173,10 +173,13 @@ struct CoreState {
 
 class FleetServer {
  public:
-  FleetServer(const ServerOptions& options, std::unique_ptr<Store> store,
-              std::unique_ptr<sched::Scheduler> scheduler, std::optional<ConfigWatcher> watcher)
+  FleetServer(const ServerOptions& options, std::unique_ptr<httplib::Server> listener,
+              std::unique_ptr<Store> store, std::unique_ptr<sched::Scheduler> scheduler,
+              std::optional<ConfigWatcher> watcher)
       : options_(options),
         store_(std::move(store)),
+        listener_(std::move(listener)),
+        http_(*listener_),
         limiter_(options.rate_per_second, options.rate_burst),
         token_cache_(4096, 5'000),
         max_long_polls_(std::max(1, options.threads - 2)) {
@@ -252,6 +255,8 @@ class FleetServer {
   void ListPools(Call& c);
   void ListGpus(Call& c);
   void CreateUser(Call& c);
+  void ListUsers(Call& c);
+  void RevokeUser(Call& c);
   void AgentRegister(Call& c);
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
@@ -319,7 +324,9 @@ class FleetServer {
 
   const ServerOptions options_;
   std::unique_ptr<Store> store_;
-  httplib::Server http_;
+  // Plain HTTP or TLS (listener.h); everything else talks to it as http_.
+  std::unique_ptr<httplib::Server> listener_;
+  httplib::Server& http_;
   std::vector<Route> routes_;
   server_internal::RateLimiter limiter_;
   server_internal::InFlightKeys in_flight_;
@@ -386,6 +393,10 @@ std::optional<json> FleetServer::ReadJsonBody(Call& c) {
                 "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     return std::nullopt;
   }
+  if (!Utf8CodePoints(c.req.body)) {
+    SendProblem(c, 400, "malformed-json", "the body is not valid UTF-8");
+    return std::nullopt;
+  }
   json body = json::parse(c.req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     SendProblem(c, 400, "malformed-json", "the body is not valid JSON");
@@ -450,13 +461,16 @@ std::optional<Principal> FleetServer::Authenticate(Call& c) {
   const std::string hash = Sha256Hex(std::string_view(header).substr(kPrefix.size()));
   const int64_t now = NowMs();
   if (std::optional<Principal> cached = token_cache_.Get(hash, now)) return cached;
+  // Read before the lookup: a revocation committed meanwhile keeps this
+  // principal out of the cache (TokenCache::DropUser).
+  const uint64_t cache_generation = token_cache_.generation();
   Result<std::optional<Principal>> found = store_->LookupToken(hash);
   if (!found.ok()) {
     SendStoreError(c, found.status());
     return std::nullopt;
   }
   if (!found->has_value()) return unauthorized("unknown token");
-  token_cache_.Put(hash, **found, now);
+  token_cache_.Put(hash, **found, now, cache_generation);
   return **found;
 }
 
@@ -552,6 +566,8 @@ void FleetServer::InstallRoutes() {
   AddRoute("GET", "/v1/pools", Access::kUser, bind(&FleetServer::ListPools));
   AddRoute("GET", "/v1/gpus", Access::kUser, bind(&FleetServer::ListGpus));
   AddRoute("POST", "/v1/admin/users", Access::kAdmin, bind(&FleetServer::CreateUser));
+  AddRoute("GET", "/v1/admin/users", Access::kAdmin, bind(&FleetServer::ListUsers));
+  AddRoute("POST", "/v1/admin/users:revoke", Access::kAdmin, bind(&FleetServer::RevokeUser));
   AddRoute("POST", "/v1/agent/register", Access::kAgent, bind(&FleetServer::AgentRegister));
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
@@ -647,35 +663,28 @@ void FleetServer::SubmitJob(Call& c) {
   }
   Result<std::vector<Node>> nodes = store_->ListNodes();
   if (!nodes.ok()) return SendStoreError(c, nodes.status());
-  std::optional<std::string> over_quota;
+  // The nodes that may take work again (all but LOST ones) plus the cloud
+  // pools at their max_nodes, judged by the scheduling core itself. With no
+  // such node yet, every valid job may wait for one.
+  const std::vector<sched::NodeInfo> capacity = server_internal::CapacityNodes(*nodes);
+  std::optional<std::string> over_quota, unsatisfiable;
   {
-    // Cloud pools count as capacity the job could get; quotas are checked
-    // softly here (the job alone must fit them) and hard when scheduling.
+    // Quotas are checked softly here (the job alone must fit them) and hard
+    // when scheduling.
     Job candidate;
     candidate.tenant = c.principal.tenant;
     candidate.team = c.principal.team;
     candidate.user = c.principal.user;
     candidate.spec = *spec;
+    const sched::PendingJob pending = server_internal::ToPendingJob(candidate);
     std::lock_guard<std::mutex> lock(core_.mu);
-    if (!nodes->empty()) {  // with no node registered yet, every job may wait for one
-      std::vector<Node> cloud =
-          server_internal::CloudPoolNodes(core_.scheduler->config(), spec->tasks);
-      nodes->insert(nodes->end(), cloud.begin(), cloud.end());
+    over_quota = core_.scheduler->CheckSubmission(pending);
+    if (!over_quota && !capacity.empty()) {
+      unsatisfiable = core_.scheduler->CheckCapacity(pending, capacity);
     }
-    over_quota = core_.scheduler->CheckSubmission(server_internal::ToPendingJob(candidate));
   }
   if (over_quota) return SendValidation(c, {{"quota", *over_quota}});
-  if (!nodes->empty() && !GangCouldEverFit(*spec, *nodes)) {
-    std::string models;
-    for (const auto& model : spec->gpu_models) models += (models.empty() ? "" : ", ") + model;
-    SendProblem(c, 422, "unsatisfiable",
-                "no set of registered nodes could ever hold " + std::to_string(spec->tasks) +
-                    " task(s) of " + std::to_string(spec->gpus_per_task) + " GPU(s), " +
-                    std::to_string(spec->cpus_per_task) + " CPU(s) and " +
-                    std::to_string(spec->memory_mb_per_task) + " MB each" +
-                    (models.empty() ? "" : " on " + models));
-    return;
-  }
+  if (unsatisfiable) return SendProblem(c, 422, "unsatisfiable", *unsatisfiable);
   std::optional<server_internal::InFlightKeys::Claim> claim;
   if (!key.empty()) {
     claim.emplace(&in_flight_, c.principal.user_id, key);
@@ -1042,6 +1051,67 @@ void FleetServer::CreateUser(Call& c) {
             {"token", *token}});
 }
 
+json UserInfoJson(const UserInfo& user) {
+  return {{"id", user.id},
+          {"tenant", user.tenant},
+          {"team", user.team},
+          {"name", user.name},
+          {"role", ToString(user.role)},
+          {"created_at", TimestampJson(user.created_at_ms)},
+          {"active_tokens", user.active_tokens}};
+}
+
+void FleetServer::ListUsers(Call& c) {
+  if (!OnlyParams(c, {"tenant"})) return;
+  std::optional<std::string> tenant;
+  if (c.HasParam("tenant")) {
+    if (c.ParamCount("tenant") > 1) {
+      return SendProblem(c, 400, "bad-request", "query parameter 'tenant' given more than once");
+    }
+    tenant = c.Param("tenant");
+    if (!server_internal::ValidName(*tenant)) {
+      return SendProblem(c, 400, "bad-request",
+                         "query parameter 'tenant' must be 1 to 128 characters of A-Z a-z 0-9 . "
+                         "_ - (not starting with .)");
+    }
+  }
+  Result<std::optional<std::vector<UserInfo>>> users = store_->ListUsers(tenant);
+  if (!users.ok()) return SendStoreError(c, users.status());
+  if (!users->has_value()) return SendProblem(c, 404, "not-found", "no tenant '" + *tenant + "'");
+  json list = json::array();
+  for (const UserInfo& user : **users) list.push_back(UserInfoJson(user));
+  SendJson(c, 200, {{"users", std::move(list)}});
+}
+
+void FleetServer::RevokeUser(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  std::optional<json> body = ReadJsonBody(c);
+  if (!body) return;
+  std::vector<FieldError> errors;
+  std::optional<server_internal::RevokeUserRequest> request =
+      server_internal::ParseRevokeUserRequest(*body, &errors);
+  if (!request) return SendValidation(c, errors);
+  // An admin revoking their own tokens would lock themselves out with this
+  // very request; another platform admin can do it when it is meant.
+  if (request->tenant == c.principal.tenant && request->name == c.principal.user) {
+    return SendProblem(c, 409, "conflict",
+                       "you may not revoke your own tokens (" + request->name + " in tenant '" +
+                           request->tenant + "'); ask another platform admin");
+  }
+  Result<std::optional<RevokeResult>> revoked =
+      store_->RevokeUserTokens(request->tenant, request->name, NowMs());
+  if (!revoked.ok()) return SendStoreError(c, revoked.status());
+  if (!revoked->has_value()) {
+    return SendProblem(c, 404, "not-found",
+                       "no user '" + request->name + "' in tenant '" + request->tenant + "'");
+  }
+  // The store no longer knows the tokens; neither may the cache.
+  token_cache_.DropUser((*revoked)->user.id);
+  SendJson(c, 200,
+           {{"user", UserInfoJson((*revoked)->user)},
+            {"revoked_tokens", (*revoked)->revoked_tokens}});
+}
+
 void FleetServer::AgentRegister(Call& c) {
   if (!OnlyParams(c, {})) return;
   std::optional<json> body = ReadJsonBody(c);
@@ -1365,7 +1435,10 @@ Status FleetServer::StartProvisioning(int port) {
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
   const std::filesystem::path dir(options_.data_dir.empty() ? "." : options_.data_dir);
   std::error_code ec;
-  options.local_base.server_url = "http://" + host + ":" + std::to_string(port);
+  const char* scheme = options_.tls_cert_file.empty() ? "http://" : "https://";
+  options.local_base.server_url = scheme + host + ":" + std::to_string(port);
+  options.local_base.ca_file =
+      options_.ca_file.empty() ? "" : std::filesystem::absolute(options_.ca_file, ec).string();
   options.local_base.agent_token_file = std::filesystem::absolute(dir / "agent.token", ec).string();
   options.local_base.work_dir = std::filesystem::absolute(dir / "cloud-nodes", ec).string();
   options.local_base.ferry_binary = options_.ferry_binary;
@@ -1489,9 +1562,9 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   });
   std::thread scheduler([this] { SchedulerLoop(); });
   std::thread maintenance([this] { MaintenanceLoop(); });
-  std::fprintf(stderr, "ferry server: listening on %s:%d (store %s, schema %d)\n",
-               options_.host.c_str(), port, std::string(store_->backend()).c_str(),
-               store_->schema_version());
+  std::fprintf(stderr, "ferry server: listening on %s%s:%d (store %s, schema %d)\n",
+               options_.tls_cert_file.empty() ? "" : "https://", options_.host.c_str(), port,
+               std::string(store_->backend()).c_str(), store_->schema_version());
 
   while (!(stop != nullptr && stop->load()) && !(handle_signals && g_signalled) &&
          !listen_ended.load()) {
@@ -1555,7 +1628,10 @@ Status ValidateOptions(const ServerOptions& options) {
 
 Status RunServer(const ServerOptions& options, std::atomic<bool>* stop, bool handle_signals) {
   FERRY_RETURN_NOT_OK(ValidateOptions(options));
-  // The config first: a broken file stops the server before it touches the store.
+  // TLS files and the config first: a bad one stops the server before it
+  // touches the store.
+  FERRY_ASSIGN_OR_RAISE(std::unique_ptr<httplib::Server> listener,
+                        server_internal::MakeListener(options));
   sched::Config config;
   std::optional<ConfigWatcher> watcher;
   if (!options.scheduler_config.empty()) {
@@ -1571,7 +1647,8 @@ Status RunServer(const ServerOptions& options, std::atomic<bool>* stop, bool han
   if (!scheduler.ok()) return scheduler.status().WithPrefix("scheduler config: ");
   FERRY_ASSIGN_OR_RAISE(std::unique_ptr<Store> store, OpenStore(options.store_url));
   FERRY_RETURN_NOT_OK(Bootstrap(*store, options.data_dir));
-  FleetServer server(options, std::move(store), std::move(*scheduler), std::move(watcher));
+  FleetServer server(options, std::move(listener), std::move(store), std::move(*scheduler),
+                     std::move(watcher));
   return server.Run(stop, handle_signals);
 }
 

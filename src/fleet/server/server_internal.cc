@@ -98,6 +98,7 @@ std::string_view ProblemTitle(std::string_view type_suffix) {
       {"not-found", "Not found"},
       {"method-not-allowed", "Method not allowed"},
       {"idempotency-in-progress", "Request with this Idempotency-Key in progress"},
+      {"conflict", "Conflict with the current state"},
       {"payload-too-large", "Payload too large"},
       {"unsupported-media-type", "Unsupported media type"},
       {"validation", "Invalid request"},
@@ -304,8 +305,23 @@ std::optional<Principal> TokenCache::Get(const std::string& token_sha256, int64_
   return it->second.principal;
 }
 
-void TokenCache::Put(const std::string& token_sha256, const Principal& principal, int64_t now_ms) {
+uint64_t TokenCache::generation() {
   std::lock_guard<std::mutex> lock(mutex_);
+  return generation_;
+}
+
+void TokenCache::DropUser(int64_t user_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++generation_;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->second.principal.user_id == user_id ? entries_.erase(it) : std::next(it);
+  }
+}
+
+void TokenCache::Put(const std::string& token_sha256, const Principal& principal, int64_t now_ms,
+                     uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (generation != kAnyGeneration && generation != generation_) return;
   if (entries_.size() >= capacity_ && !entries_.count(token_sha256)) {
     for (auto it = entries_.begin(); it != entries_.end();) {
       it = it->second.expires_ms <= now_ms ? entries_.erase(it) : std::next(it);

@@ -114,11 +114,21 @@ class InFlightKeys {
 
 // ---- Token hash → principal, bounded and short-lived. Thread-safe. Only
 // known tokens are cached, so a token created a moment ago works at once.
+// DropUser forgets a user's tokens after they were revoked; a lookup that
+// began before it (it read generation() earlier) is not cached, so a revoked
+// token is never honoured from the cache once DropUser has returned.
 class TokenCache {
  public:
+  static constexpr uint64_t kAnyGeneration = ~uint64_t{0};
   TokenCache(size_t capacity, int64_t ttl_ms) : capacity_(capacity), ttl_ms_(ttl_ms) {}
   std::optional<Principal> Get(const std::string& token_sha256, int64_t now_ms);
-  void Put(const std::string& token_sha256, const Principal& principal, int64_t now_ms);
+  // Read before looking a token up in the store; pass it to Put.
+  uint64_t generation();
+  // Caches the principal unless DropUser ran since `generation` was read.
+  void Put(const std::string& token_sha256, const Principal& principal, int64_t now_ms,
+           uint64_t generation = kAnyGeneration);
+  // Removes every entry of `user_id`.
+  void DropUser(int64_t user_id);
 
  private:
   struct Entry {
@@ -128,6 +138,7 @@ class TokenCache {
   const size_t capacity_;
   const int64_t ttl_ms_;
   std::mutex mutex_;
+  uint64_t generation_ = 0;
   std::unordered_map<std::string, Entry> entries_;
 };
 

@@ -193,6 +193,31 @@ TEST(TokenCache, ExpiresAndStaysBounded) {
   EXPECT_TRUE(cache.Get("k99", 2001).has_value());
 }
 
+TEST(TokenCache, DropUserForgetsItsTokensAndRefusesLookupsThatRacedIt) {
+  TokenCache cache(/*capacity=*/16, /*ttl_ms=*/5000);
+  Principal ana;
+  ana.user_id = 7;
+  ana.user = "ana";
+  Principal bob;
+  bob.user_id = 8;
+  bob.user = "bob";
+  cache.Put("ana-laptop", ana, 1000);
+  cache.Put("ana-ci", ana, 1000);
+  cache.Put("bob", bob, 1000);
+  // A lookup that read the generation before the revocation...
+  const uint64_t before = cache.generation();
+  cache.DropUser(7);
+  EXPECT_FALSE(cache.Get("ana-laptop", 1001).has_value());
+  EXPECT_FALSE(cache.Get("ana-ci", 1001).has_value());
+  EXPECT_TRUE(cache.Get("bob", 1001).has_value());
+  // ...may not put what it found back.
+  cache.Put("ana-laptop", ana, 1002, before);
+  EXPECT_FALSE(cache.Get("ana-laptop", 1003).has_value());
+  // A lookup after it may (a token issued later is valid).
+  cache.Put("ana-new", ana, 1004, cache.generation());
+  EXPECT_TRUE(cache.Get("ana-new", 1005).has_value());
+}
+
 TEST(PageToken, RoundTripsAndRefusesOtherFilters) {
   JobFilter a;
   a.states = {JobState::kRunning, JobState::kPending};
@@ -293,6 +318,26 @@ TEST(Wire, LogUploadAndCreateUser) {
       ParseCreateUserRequest(
           json::parse(R"({"tenant": "acme", "team": "ml", "name": "ana", "role": "god"})"), &errors)
           .has_value());
+}
+
+TEST(Wire, RevokeUser) {
+  std::vector<FieldError> errors;
+  auto ok = ParseRevokeUserRequest(json::parse(R"({"tenant": "acme", "name": "ana"})"), &errors);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->tenant, "acme");
+  EXPECT_EQ(ok->name, "ana");
+  // Both fields are required, names follow the name rule, nothing else is accepted.
+  EXPECT_FALSE(ParseRevokeUserRequest(json::parse(R"({"name": "ana"})"), &errors).has_value());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "tenant");
+  errors.clear();
+  EXPECT_FALSE(ParseRevokeUserRequest(
+                   json::parse(R"({"tenant": "acme", "name": "../x", "team": "ml"})"), &errors)
+                   .has_value());
+  EXPECT_EQ(errors.size(), 2u);
+  errors.clear();
+  EXPECT_FALSE(ParseRevokeUserRequest(json::array(), &errors).has_value());
+  EXPECT_FALSE(errors.empty());
 }
 
 }  // namespace

@@ -434,6 +434,86 @@ TEST(FleetServer, TenantIsolationAndRoles) {
   EXPECT_EQ(server.Get("/v1/whoami", ana).status, 200);
 }
 
+TEST(FleetServer, AdminListsUsersAndRevokesTheirTokensAtOnce) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  const std::string bob = server.CreateUser("acme", "web", "bob", "team_admin");
+  const std::string root2 = server.CreateUser("default", "default", "root2", "platform_admin");
+  ASSERT_FALSE(ana.empty());
+
+  Reply all = server.Get("/v1/admin/users", admin);
+  ASSERT_EQ(all.status, 200) << all.raw;
+  ASSERT_EQ(all.body["users"].size(), 5u);  // admin, agent and the three above
+  const json first = all.body["users"][0];
+  EXPECT_EQ(first["name"], "admin");
+  EXPECT_EQ(first["role"], "platform_admin");
+  EXPECT_EQ(first["active_tokens"], 1);
+  EXPECT_TRUE(first["created_at"].is_string());
+  EXPECT_TRUE(first["id"].is_number_integer());
+  Reply acme = server.Get("/v1/admin/users?tenant=acme", admin);
+  ASSERT_EQ(acme.status, 200) << acme.raw;
+  ASSERT_EQ(acme.body["users"].size(), 2u);
+  EXPECT_EQ(acme.body["users"][0],
+            (json{{"id", acme.body["users"][0]["id"]},
+                  {"tenant", "acme"},
+                  {"team", "ml"},
+                  {"name", "ana"},
+                  {"role", "user"},
+                  {"created_at", acme.body["users"][0]["created_at"]},
+                  {"active_tokens", 1}}));
+  ExpectProblem(server.Get("/v1/admin/users?tenant=nosuch", admin), 404, "not-found");
+  ExpectProblem(server.Get("/v1/admin/users?tenant=.bad", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/admin/users?tenant=a&tenant=b", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/admin/users?team=ml", admin), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/admin/users", bob), 403, "forbidden");
+  ExpectProblem(server.Post("/v1/admin/users:revoke", bob, {{"tenant", "acme"}, {"name", "ana"}}),
+                403, "forbidden");
+
+  // ana's token works (and is cached), then stops working with the revoke.
+  ASSERT_EQ(server.Get("/v1/whoami", ana).status, 200);
+  Reply revoked =
+      server.Post("/v1/admin/users:revoke", admin, {{"tenant", "acme"}, {"name", "ana"}});
+  ASSERT_EQ(revoked.status, 200) << revoked.raw;
+  EXPECT_EQ(revoked.body["revoked_tokens"], 1);
+  EXPECT_EQ(revoked.body["user"]["name"], "ana");
+  EXPECT_EQ(revoked.body["user"]["active_tokens"], 0);
+  ExpectProblem(server.Get("/v1/whoami", ana), 401, "unauthorized");
+  ExpectProblem(server.Post("/v1/jobs", ana, SimpleJob()), 401, "unauthorized");
+  EXPECT_EQ(server.Get("/v1/whoami", bob).status, 200);
+  // Again: nothing left to revoke; still 200.
+  Reply again = server.Post("/v1/admin/users:revoke", admin, {{"tenant", "acme"}, {"name", "ana"}});
+  ASSERT_EQ(again.status, 200) << again.raw;
+  EXPECT_EQ(again.body["revoked_tokens"], 0);
+  Reply listed = server.Get("/v1/admin/users?tenant=acme", admin);
+  EXPECT_EQ(listed.body["users"][0]["active_tokens"], 0);
+
+  // Unknown users, bad bodies, and the admin's own user are refused.
+  ExpectProblem(server.Post("/v1/admin/users:revoke", admin, {{"tenant", "acme"}, {"name", "zed"}}),
+                404, "not-found");
+  ExpectProblem(
+      server.Post("/v1/admin/users:revoke", admin, {{"tenant", "nosuch"}, {"name", "ana"}}), 404,
+      "not-found");
+  ExpectProblem(server.Post("/v1/admin/users:revoke", admin, {{"name", "ana"}}), 422,
+                "validation");
+  ExpectProblem(server.Post("/v1/admin/users:revoke", admin,
+                            {{"tenant", "acme"}, {"name", "ana"}, {"role", "user"}}),
+                422, "validation");
+  ExpectProblem(server.Send("POST", "/v1/admin/users:revoke", admin, "not json"), 400,
+                "malformed-json");
+  Reply self =
+      server.Post("/v1/admin/users:revoke", admin, {{"tenant", "default"}, {"name", "admin"}});
+  ExpectProblem(self, 409, "conflict");
+  EXPECT_NE(self.body.value("detail", "").find("your own"), std::string::npos) << self.raw;
+  EXPECT_EQ(server.Get("/v1/whoami", admin).status, 200);
+  // Another platform admin may revoke the first one.
+  Reply other = server.Post("/v1/admin/users:revoke", root2,
+                            {{"tenant", "default"}, {"name", "admin"}});
+  ASSERT_EQ(other.status, 200) << other.raw;
+  ExpectProblem(server.Get("/v1/whoami", admin), 401, "unauthorized");
+}
+
 TEST(FleetServer, IdempotentSubmission) {
   TestServer server;
   ASSERT_TRUE(server.ok());

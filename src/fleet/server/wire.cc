@@ -4,6 +4,7 @@
 #include <set>
 #include <string_view>
 
+#include "ferry/fleet/model_json.h"
 #include "fleet/server/server_internal.h"
 
 namespace ferry::fleet::server_internal {
@@ -43,7 +44,9 @@ class FieldReader {
     if (value == nullptr) return std::nullopt;
     if (!value->is_string()) return Fail(key, "must be a string"), std::nullopt;
     const auto& text = value->get_ref<const std::string&>();
-    if (text.size() < min_len || text.size() > max_len) {
+    const std::optional<size_t> chars = Utf8CodePoints(text);
+    if (!chars) return Fail(key, "must be valid UTF-8"), std::nullopt;
+    if (*chars < min_len || *chars > max_len) {
       return Fail(key, "must be " + std::to_string(min_len) + " to " + std::to_string(max_len) +
                            " characters"),
              std::nullopt;
@@ -105,10 +108,16 @@ class FieldReader {
     bool ok = true;
     for (auto it = value->begin(); it != value->end(); ++it) {
       const std::string field = std::string(key) + "." + it.key();
-      if (it.key().empty() || it.key().size() > 128) {
+      const std::optional<size_t> key_chars = Utf8CodePoints(it.key());
+      if (!key_chars || *key_chars == 0 || *key_chars > 128) {
         ok = false;
-        Fail(field, "keys must be 1 to 128 characters");
-      } else if (!it->is_string() || it->get_ref<const std::string&>().size() > 4096) {
+        Fail(field, key_chars ? "keys must be 1 to 128 characters" : "keys must be valid UTF-8");
+      } else if (!it->is_string()) {
+        ok = false;
+        Fail(field, "must be a string of at most 4096 characters");
+      } else if (const std::optional<size_t> value_chars =
+                     Utf8CodePoints(it->get_ref<const std::string&>());
+                 !value_chars || *value_chars > 4096) {
         ok = false;
         Fail(field, "must be a string of at most 4096 characters");
       } else {
@@ -290,6 +299,19 @@ std::optional<CreateUserRequest> ParseCreateUserRequest(const json& body,
       reader.Fail("role", "must be \"user\", \"team_admin\", \"platform_admin\" or \"agent\"");
     }
   }
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
+std::optional<RevokeUserRequest> ParseRevokeUserRequest(const json& body,
+                                                        std::vector<FieldError>* errors) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown({"tenant", "name"});
+  RevokeUserRequest out;
+  out.tenant = reader.Name("tenant", true).value_or("");
+  out.name = reader.Name("name", true).value_or("");
   if (errors->size() != before) return std::nullopt;
   return out;
 }

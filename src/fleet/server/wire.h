@@ -31,6 +31,11 @@ struct CreateUserRequest {
   Role role = Role::kUser;
 };
 
+struct RevokeUserRequest {
+  std::string tenant;
+  std::string name;
+};
+
 // Each returns nullopt and fills `errors` when the body breaks a rule.
 // `now_ms` fills report times the agent left out.
 std::optional<NodeRegistration> ParseNodeRegistration(const nlohmann::json& body,
@@ -40,6 +45,8 @@ std::optional<SyncRequest> ParseSyncRequest(const nlohmann::json& body, int64_t 
 std::optional<AgentLogUpload> ParseAgentLogUpload(const nlohmann::json& body,
                                                   std::vector<FieldError>* errors);
 std::optional<CreateUserRequest> ParseCreateUserRequest(const nlohmann::json& body,
+                                                        std::vector<FieldError>* errors);
+std::optional<RevokeUserRequest> ParseRevokeUserRequest(const nlohmann::json& body,
                                                         std::vector<FieldError>* errors);
 
 nlohmann::json FieldErrorJson(const FieldError& error);
