@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/exchange/status.h"
@@ -24,6 +26,11 @@ struct FieldError {
 // Parses and validates a submission body. On failure returns every field
 // error found (not only the first); `errors` is empty on success.
 Result<JobSpec> ParseJobSpec(const nlohmann::json& body, std::vector<FieldError>* errors);
+
+// The number of Unicode code points in `text`, or nullopt when it is not
+// well-formed UTF-8 (overlong forms, surrogates and values past U+10FFFF are
+// not). API length limits ("1-128 characters") count these, not bytes.
+std::optional<size_t> Utf8CodePoints(std::string_view text);
 
 nlohmann::json ToJson(const JobSpec& spec);
 nlohmann::json ToJson(const TaskPlacement& placement);

@@ -302,6 +302,16 @@ class Scheduler {
   // quota of its path), nullopt otherwise. Scheduling checks quotas hard.
   virtual std::optional<std::string> CheckSubmission(const PendingJob& job) const = 0;
 
+  // The capacity check at submission, with the reasoning of a cycle: an
+  // error text when neither `nodes` (pass those that may take work again: all
+  // but LOST nodes) nor the cloud pools of the job's pool set at their
+  // max_nodes (counted only with burst enabled) could ever hold the whole
+  // gang; nullopt otherwise (also for jobs a cycle refuses as malformed, such
+  // as an unknown pool set). The text is the CONSTRAINT_UNSATISFIABLE message
+  // a cycle would give.
+  virtual std::optional<std::string> CheckCapacity(const PendingJob& job,
+                                                   const std::vector<NodeInfo>& nodes) const = 0;
+
   // Fair-share standing of every tenant, team and user seen so far.
   virtual std::vector<ShareStanding> FairShare() const = 0;
 };

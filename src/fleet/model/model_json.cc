@@ -1,13 +1,64 @@
 #include "ferry/fleet/model_json.h"
 
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string_view>
 
 namespace ferry::fleet {
+
+std::optional<size_t> Utf8CodePoints(std::string_view text) {
+  size_t count = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t length = 0;
+    uint32_t code = 0;
+    if (lead < 0x80) {
+      length = 1;
+      code = lead;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+      code = lead & 0x1Fu;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      code = lead & 0x0Fu;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      code = lead & 0x07u;
+    } else {
+      return std::nullopt;  // a continuation byte first, or a lead no code point uses
+    }
+    if (i + length > text.size()) return std::nullopt;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0u) != 0x80u) return std::nullopt;
+      code = (code << 6) | (next & 0x3Fu);
+    }
+    if ((length == 3 && code < 0x800) || (length == 4 && code < 0x10000) || code > 0x10FFFF ||
+        (code >= 0xD800 && code <= 0xDFFF)) {
+      return std::nullopt;  // overlong, past Unicode, or a surrogate
+    }
+    i += length;
+    count++;
+  }
+  return count;
+}
+
 namespace {
+
+// Checks a string's length in code points: "" when it is within
+// [min_chars, max_chars], else the problem.
+std::string CheckChars(std::string_view text, size_t min_chars, size_t max_chars,
+                       const std::string& rule) {
+  std::optional<size_t> chars = Utf8CodePoints(text);
+  if (!chars) return "must be valid UTF-8";
+  if (*chars < min_chars || *chars > max_chars) return rule;
+  return "";
+}
 
 using nlohmann::json;
 
@@ -41,10 +92,11 @@ class SpecReader {
     if (value == nullptr) return;
     if (!value->is_string()) return Fail(field, "must be a string");
     const auto& text = value->get_ref<const std::string&>();
-    if (text.size() < min_chars || text.size() > max_chars) {
-      return Fail(field, "must have between " + std::to_string(min_chars) + " and " +
-                             std::to_string(max_chars) + " characters");
-    }
+    std::string problem =
+        CheckChars(text, min_chars, max_chars,
+                   "must have between " + std::to_string(min_chars) + " and " +
+                       std::to_string(max_chars) + " characters");
+    if (!problem.empty()) return Fail(field, std::move(problem));
     *out = text;
   }
 
@@ -96,12 +148,19 @@ class SpecReader {
     }
     for (const auto& [key, item] : value->items()) {
       std::string path = std::string(field) + "." + key;
-      if (key.empty() || key.size() > kMaxKeyChars) {
-        Fail(path, "keys must have between 1 and " + std::to_string(kMaxKeyChars) + " characters");
+      std::string key_problem = CheckChars(
+          key, 1, kMaxKeyChars,
+          "keys must have between 1 and " + std::to_string(kMaxKeyChars) + " characters");
+      if (!key_problem.empty()) {
+        Fail(path, key_problem == "must be valid UTF-8" ? "keys must be valid UTF-8"
+                                                        : std::move(key_problem));
       } else if (!item.is_string()) {
         Fail(path, "must be a string");
-      } else if (item.get_ref<const std::string&>().size() > kMaxValueChars) {
-        Fail(path, "must have at most " + std::to_string(kMaxValueChars) + " characters");
+      } else if (std::string value_problem = CheckChars(
+                     item.get_ref<const std::string&>(), 0, kMaxValueChars,
+                     "must have at most " + std::to_string(kMaxValueChars) + " characters");
+                 !value_problem.empty()) {
+        Fail(path, std::move(value_problem));
       } else {
         (*out)[key] = item.get<std::string>();
       }
@@ -121,8 +180,11 @@ class SpecReader {
       std::string path = std::string(field) + "[" + std::to_string(index) + "]";
       if (!item.is_string()) {
         Fail(path, "must be a string");
-      } else if (item.get_ref<const std::string&>().size() > max_chars) {
-        Fail(path, "must have at most " + std::to_string(max_chars) + " characters");
+      } else if (std::string problem =
+                     CheckChars(item.get_ref<const std::string&>(), 0, max_chars,
+                                "must have at most " + std::to_string(max_chars) + " characters");
+                 !problem.empty()) {
+        Fail(path, std::move(problem));
       } else {
         out->push_back(item.get<std::string>());
       }

@@ -202,6 +202,13 @@ struct Pick {
   int64_t tasks = 0;
 };
 
+// GPUs (of one model), CPUs and memory: room on a node, now or later.
+struct Spare {
+  int64_t gpus = 0;
+  double cpus = 0;
+  int64_t memory = 0;
+};
+
 struct Reservation {
   int64_t job_id = 0;
   double start_s = 0;
@@ -220,6 +227,9 @@ class CycleRun {
         now_(snapshot.now_s) {}
 
   Decision Run();
+  // Only the checks a cycle makes before its queue, for one job at submission:
+  // the CONSTRAINT_UNSATISFIABLE message it would get, or nullopt.
+  std::optional<std::string> CapacityRefusal();
 
  private:
   // ---- indexing
@@ -230,6 +240,9 @@ class CycleRun {
   void IndexRunning();
   void PrepareJobs();
   int64_t EverCapacity(const JobInfo& job, int model);
+  // Tasks of `job`'s shape on GPUs of `model` that the cloud pools of its set
+  // could still add (up to max_nodes, only with burst enabled), at most `cap`.
+  int64_t CloudCapacity(const JobInfo& job, int model, int64_t cap) const;
   const Tiers& TiersFor(const JobInfo& job, const PendingJob& pending);
   const Tiers& MakeTiers(const JobInfo& job, const PendingJob& pending);
   const std::vector<int>& Models(const JobInfo& job) const {
@@ -278,6 +291,21 @@ class CycleRun {
                   const std::vector<int>& victims);
   void Preempt(int index, const std::vector<int>& victims, std::string_view why);
   void TryReserve(int index, const JobInfo& job, const std::vector<int>& models);
+  // Why a blocked job has no planned start, from the cycle's own data: either
+  // jobs without a max runtime hold what it needs (held_by_unlimited), or the
+  // schedulable nodes could not hold it even empty (the text says where the
+  // rest is: nodes not ready or drained, nodes held for other jobs, cloud).
+  struct NoStart {
+    bool held_by_unlimited = false;
+    std::string text;
+  };
+  NoStart WhyNoStart(const JobInfo& job, const std::vector<int>& models);
+  // Tasks of the job's shape the schedulable, unreserved nodes of its set
+  // hold free now on GPUs of `model` (at most its task count).
+  int64_t FreeCapacity(const JobInfo& job, int model) const;
+  // Whether free capacity now plus the cloud pools at max_nodes could hold
+  // the whole gang with one model (what Burst needs to cover it).
+  bool BurstCouldHold(const JobInfo& job, const std::vector<int>& models) const;
   void Drain(int index, const JobInfo& job, const std::vector<int>& models);
 
   // ---- after the loop
@@ -399,6 +427,7 @@ class CycleRun {
   int reserve_attempts_ = 0;
   std::vector<uint8_t> mark_;  // scratch per node
   std::vector<int> queue_candidates_;
+  std::vector<int> never_holds_;  // jobs no capacity could ever hold, in snapshot order
   struct Owner {
     std::string tenant, team, user;
   };
@@ -903,6 +932,7 @@ void CycleRun::PrepareJobs() {
     bool ever = false;
     for (int m : Models(job)) ever = ever || EverCapacity(job, m) >= p.tasks;
     if (!ever) {
+      never_holds_.push_back(index);
       SetReason(index, reason::kUnsatisfiable,
                 "no node of pool set '" + sets_[static_cast<size_t>(job.set)].name +
                     "' (nor cloud capacity) could ever hold " + What(index));
@@ -936,6 +966,16 @@ int64_t CycleRun::EverCapacity(const JobInfo& job, int model) {
     for (const auto& [m, n] : node.total) gpus += m == model ? n : 0;
     total += TasksThatFit(s, gpus, node.info->cpus, node.info->memory_mb, cap);
   }
+  total += CloudCapacity(job, model, cap);
+  total = std::min(total, cap);
+  ever_.emplace(key, total);
+  return total;
+}
+
+int64_t CycleRun::CloudCapacity(const JobInfo& job, int model, int64_t cap) const {
+  if (!config_.burst.enabled) return 0;
+  const Shape& s = job.shape;
+  int64_t total = 0;
   for (int p : sets_[static_cast<size_t>(job.set)].pools) {
     if (total >= cap) break;
     const Pool& pool = pools_[static_cast<size_t>(p)];
@@ -945,9 +985,7 @@ int64_t CycleRun::EverCapacity(const JobInfo& job, int model) {
     int64_t per_node = TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, cap);
     total += std::min<int64_t>(cap, per_node * (pool.config->max_nodes - pool.nodes));
   }
-  total = std::min(total, cap);
-  ever_.emplace(key, total);
-  return total;
+  return std::min(total, cap);
 }
 
 // PrepareJobs sets every schedulable job's tiers; others compute them here.
@@ -1979,12 +2017,23 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
     }
   }
   if (!std::isfinite(best_start)) {
+    PendingReason& r = ReasonOf(static_cast<size_t>(index));
+    const NoStart why = WhyNoStart(job, models);
+    if (!why.held_by_unlimited) {
+      r.message += "; no start can be planned: " + why.text;
+      return;
+    }
+    if (BurstCouldHold(job, models)) {
+      // Holding on-prem nodes for it as well would only idle them.
+      r.message += "; no start can be planned on the current nodes (" + why.text +
+                   "); cloud burst can hold it";
+      return;
+    }
     if (config_.backfill.drain) {
       Drain(index, job, models);
       return;
     }
-    PendingReason& r = ReasonOf(static_cast<size_t>(index));
-    r.message += "; no reservation: the capacity it needs is held by jobs without a max runtime";
+    r.message += "; no reservation: " + why.text;
     return;
   }
   // Where: the nodes with the most room at that time.
@@ -2027,6 +2076,115 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
       "; reserved to start at t=" + Num(best_start) + " on " + std::to_string(used) + " node(s)";
 }
 
+CycleRun::NoStart CycleRun::WhyNoStart(const JobInfo& job, const std::vector<int>& models) {
+  const Shape& s = job.shape;
+  auto eligible = [&](const Node& node) {
+    return node.schedulable && node.reservation < 0 && InSet(job, node.pool);
+  };
+  // Per model: tasks the eligible nodes would hold once every job on them ended.
+  int64_t best_total = -1;
+  int best_model = models.empty() ? -1 : models.front();
+  for (int m : models) {
+    std::unordered_map<int, Spare> held;  // node -> what its holds would give back
+    for (const Hold& hold : holds_) {
+      for (const HoldPart& part : hold.parts) {
+        if (!eligible(nodes_[static_cast<size_t>(part.node)])) continue;
+        Spare& h = held[part.node];
+        h.gpus += (m >= 0 && part.model == m) ? part.gpus : 0;
+        h.cpus += part.cpus;
+        h.memory += part.memory_mb;
+      }
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& node = nodes_[i];
+      if (!eligible(node)) continue;
+      Spare room{m >= 0 ? FreeOf(node, m) : 0, node.cpus_free, node.memory_free};
+      if (auto it = held.find(static_cast<int>(i)); it != held.end()) {
+        room.gpus += it->second.gpus;
+        room.cpus += it->second.cpus;
+        room.memory += it->second.memory;
+      }
+      total += TasksThatFit(s, room.gpus, room.cpus, room.memory, s.tasks);
+    }
+    if (total > best_total) {
+      best_total = total;
+      best_model = m;
+    }
+  }
+  NoStart out;
+  if (best_total >= s.tasks) {
+    // Jobs that end (finite holds) were replayed and did not free enough, so
+    // what is missing is held by jobs that never end.
+    out.held_by_unlimited = true;
+    out.text = "the capacity it needs is held by jobs without a max runtime";
+    return out;
+  }
+  // Even an empty fleet of schedulable nodes is too small: say where the
+  // rest of the capacity is.
+  int64_t down = 0, reserved = 0;
+  std::string down_names;
+  int named = 0, unnamed = 0;
+  for (const Node& node : nodes_) {
+    if (!InSet(job, node.pool) || eligible(node)) continue;
+    if (node.total.empty() && !node.info->gpus.empty() && !node.schedulable) continue;  // duplicate
+    int64_t gpus = 0;
+    for (const auto& [model, n] : node.total) gpus += model == best_model ? n : 0;
+    const int64_t k = TasksThatFit(s, gpus, node.info->cpus, node.info->memory_mb, s.tasks);
+    if (k == 0) continue;
+    if (!node.schedulable) {
+      down += k;
+      if (named < 3) {
+        down_names += (named ? ", " : "") + node.info->name;
+        named++;
+      } else {
+        unnamed++;
+      }
+    } else {
+      reserved += k;
+    }
+  }
+  if (unnamed > 0) down_names += " and " + std::to_string(unnamed) + " more";
+  out.text = "with every running job ended, the schedulable nodes of pool set '" +
+             sets_[static_cast<size_t>(job.set)].name + "' would hold only " +
+             std::to_string(std::max<int64_t>(best_total, 0)) + " of its " +
+             std::to_string(s.tasks) + " task(s)";
+  if (down > 0) {
+    out.text += "; nodes that are not ready or drained could hold " + std::to_string(down) +
+                " more (" + down_names + ")";
+  }
+  if (reserved > 0) {
+    out.text += "; nodes held for other blocked jobs could hold " + std::to_string(reserved) +
+                " more";
+  }
+  const int64_t cloud = CloudCapacity(job, best_model, s.tasks);
+  if (cloud > 0) {
+    out.text += "; cloud pools of its set could add room for " + std::to_string(cloud) + " more";
+  }
+  return out;
+}
+
+int64_t CycleRun::FreeCapacity(const JobInfo& job, int model) const {
+  const Shape& s = job.shape;
+  int64_t total = 0;
+  for (const Node& node : nodes_) {
+    if (total >= s.tasks) break;
+    if (!node.schedulable || node.reservation >= 0 || !InSet(job, node.pool)) continue;
+    total += TasksThatFit(s, model >= 0 ? FreeOf(node, model) : 0, node.cpus_free,
+                          node.memory_free, s.tasks - total);
+  }
+  return total;
+}
+
+bool CycleRun::BurstCouldHold(const JobInfo& job, const std::vector<int>& models) const {
+  if (!config_.burst.enabled) return false;
+  for (int m : models) {
+    const int64_t cloud = CloudCapacity(job, m, job.shape.tasks);
+    if (cloud > 0 && FreeCapacity(job, m) + cloud >= job.shape.tasks) return true;
+  }
+  return false;
+}
+
 // No start can be planned: some of the capacity the job needs is held by jobs
 // without a max runtime. Hold (drain) the nodes it would use anyway, so that
 // jobs behind it in the queue cannot keep taking what frees up there; it
@@ -2036,24 +2194,6 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
 // choice stays put while they drain).
 void CycleRun::Drain(int index, const JobInfo& job, const std::vector<int>& models) {
   const Shape& s = job.shape;
-  // A job that cloud capacity can take is left to burst: holding on-prem
-  // nodes for it as well would only idle them.
-  if (config_.burst.enabled) {
-    for (int p : sets_[static_cast<size_t>(job.set)].pools) {
-      const Pool& pool = pools_[static_cast<size_t>(p)];
-      if (pool.config == nullptr || !pool.cloud || pool.config->max_nodes <= 0) continue;
-      const NodeShape& shape = pool.config->node;
-      const int model = s.gpus > 0 ? ModelId(Upper(shape.gpu_model)) : -1;
-      if (s.gpus > 0 && std::find(models.begin(), models.end(), model) == models.end()) continue;
-      if (TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, 1) > 0) {
-        ReasonOf(static_cast<size_t>(index)).message +=
-            "; no reservation: the capacity it needs is held by jobs without a max runtime "
-            "(cloud pool '" +
-            pool.name + "' can take it)";
-        return;
-      }
-    }
-  }
   struct Room {
     int64_t gpus = 0;
     double cpus = 0;
@@ -2150,19 +2290,26 @@ void CycleRun::Drain(int index, const JobInfo& job, const std::vector<int>& mode
 
 void CycleRun::Burst() {
   if (!config_.burst.enabled) return;
-  struct VNode {
-    int64_t gpus;
-    double cpus;
-    int64_t memory;
-  };
   struct PoolBurst {
     bool init = false;
-    std::vector<VNode> nodes;  // in flight, then requested now
+    std::vector<Spare> nodes;  // in flight, then requested now: what is left on each
     int in_flight = 0;
     int added = 0;
     std::vector<int64_t> for_jobs;
   };
   std::vector<PoolBurst> state(pools_.size());
+  // Free capacity of existing nodes that earlier bursts of this cycle count
+  // on, so two jobs never count the same free GPUs: [node * models + model].
+  std::unordered_map<size_t, Spare> promised;
+  const size_t model_count = std::max<size_t>(model_names_.size(), 1);
+  auto room_of = [&](int node_index, int model) {
+    const size_t key = static_cast<size_t>(node_index) * model_count +
+                       static_cast<size_t>(std::max(model, 0));
+    auto it = promised.find(key);
+    if (it != promised.end()) return it->second;
+    const Node& node = nodes_[static_cast<size_t>(node_index)];
+    return Spare{model >= 0 ? FreeOf(node, model) : 0, node.cpus_free, node.memory_free};
+  };
   for (int index : considered_order_) {
     const size_t i = static_cast<size_t>(index);
     if (placed_[i] || has_reason_[i] != 1) continue;
@@ -2170,13 +2317,14 @@ void CycleRun::Burst() {
     if (code != reason::kNoCapacity && code != reason::kGangIncomplete) continue;
     const PendingJob& p = snap_.pending[i];
     const JobInfo& job = jobs_[i];
-    if (now_ - p.submitted_s < config_.burst.min_pending_s) continue;
     const Shape& s = job.shape;
     const SetInfo& set = sets_[static_cast<size_t>(job.set)];
+    bool any_cloud = false;
     std::vector<int> options;
     for (int pid : set.pools) {
       const Pool& pool = pools_[static_cast<size_t>(pid)];
       if (pool.config == nullptr || !pool.cloud) continue;
+      any_cloud = true;
       const NodeShape& shape = pool.config->node;
       if (s.gpus > 0) {
         int m = shape.gpus > 0 ? ModelId(Upper(shape.gpu_model)) : -1;
@@ -2186,7 +2334,16 @@ void CycleRun::Burst() {
       if (TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, 1) < 1) continue;
       options.push_back(pid);
     }
-    if (options.empty()) continue;
+    if (!any_cloud) continue;
+    if (options.empty()) {
+      ReasonOf(i).message += "; no cloud pool of its set has a node shape that holds one of its tasks";
+      continue;
+    }
+    if (now_ - p.submitted_s < config_.burst.min_pending_s) {
+      ReasonOf(i).message += "; cloud burst only after it has waited " +
+                             Num(config_.burst.min_pending_s) + " s (burst.min_pending_s)";
+      continue;
+    }
     auto key = [&](int pid) {
       const Pool& pool = pools_[static_cast<size_t>(pid)];
       switch (set.scoring) {
@@ -2209,50 +2366,118 @@ void CycleRun::Burst() {
         continue;
       }
     }
-    for (int pid : options) {
-      const Pool& pool = pools_[static_cast<size_t>(pid)];
-      const NodeShape& shape = pool.config->node;
-      PoolBurst& b = state[static_cast<size_t>(pid)];
-      if (!b.init) {
-        b.init = true;
-        auto it = snap_.provisioning.find(pool.name);
-        b.in_flight = it == snap_.provisioning.end() ? 0 : std::max(0, it->second);
-        b.nodes.assign(static_cast<size_t>(b.in_flight),
-                       VNode{shape.gpus, shape.cpus, shape.memory_mb});
-      }
-      const int room = pool.config->max_nodes - pool.nodes - b.in_flight - b.added;
-      std::vector<VNode> trial = b.nodes;
+    // A gang uses one GPU model: try the models of the options in their
+    // order. The free nodes of the set take what they can now (placement
+    // fills existing nodes first), then nodes already on the way, then new
+    // nodes up to each pool's max_nodes, pool after pool.
+    std::vector<int> tried;
+    bool covered = false;
+    int64_t best_free = 0, best_cloud = 0;
+    for (int first : options) {
+      const int m = s.gpus > 0 ? ModelId(Upper(pools_[static_cast<size_t>(first)].config->node.gpu_model))
+                               : -1;
+      if (std::find(tried.begin(), tried.end(), m) != tried.end()) continue;
+      tried.push_back(m);
       int64_t remaining = s.tasks;
-      for (VNode& v : trial) {
+      std::vector<std::pair<size_t, Spare>> onprem;
+      for (size_t n = 0; n < nodes_.size() && remaining > 0; ++n) {
+        const Node& node = nodes_[n];
+        if (!node.schedulable || !InSet(job, node.pool)) continue;
+        if (node.reservation >= 0 && node.reservation != reservation_of_job_[i]) continue;
+        Spare room = room_of(static_cast<int>(n), m);
+        const int64_t k = TasksThatFit(s, room.gpus, room.cpus, room.memory, remaining);
+        if (k == 0) continue;
+        room.gpus -= k * s.gpus;
+        room.cpus -= static_cast<double>(k) * s.cpus;
+        room.memory -= k * s.memory_mb;
+        remaining -= k;
+        onprem.emplace_back(n * model_count + static_cast<size_t>(std::max(m, 0)), room);
+      }
+      const int64_t free_now = s.tasks - remaining;
+      struct PoolTrial {
+        int pid;
+        std::vector<Spare> nodes;
+        int added;
+      };
+      std::vector<PoolTrial> trials;
+      for (int pid : options) {
         if (remaining == 0) break;
-        int64_t k = TasksThatFit(s, v.gpus, v.cpus, v.memory, remaining);
-        v.gpus -= k * s.gpus;
-        v.cpus -= static_cast<double>(k) * s.cpus;
-        v.memory -= k * s.memory_mb;
-        remaining -= k;
+        const Pool& pool = pools_[static_cast<size_t>(pid)];
+        const NodeShape& shape = pool.config->node;
+        if (s.gpus > 0 && ModelId(Upper(shape.gpu_model)) != m) continue;
+        PoolBurst& b = state[static_cast<size_t>(pid)];
+        if (!b.init) {
+          b.init = true;
+          auto it = snap_.provisioning.find(pool.name);
+          b.in_flight = it == snap_.provisioning.end() ? 0 : std::max(0, it->second);
+          b.nodes.assign(static_cast<size_t>(b.in_flight),
+                         Spare{shape.gpus, shape.cpus, shape.memory_mb});
+        }
+        PoolTrial trial{pid, b.nodes, 0};
+        const int64_t before = remaining;
+        for (Spare& v : trial.nodes) {
+          if (remaining == 0) break;
+          int64_t k = TasksThatFit(s, v.gpus, v.cpus, v.memory, remaining);
+          v.gpus -= k * s.gpus;
+          v.cpus -= static_cast<double>(k) * s.cpus;
+          v.memory -= k * s.memory_mb;
+          remaining -= k;
+        }
+        const int room = pool.config->max_nodes - pool.nodes - b.in_flight - b.added;
+        const int64_t per_node = TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, s.tasks);
+        while (remaining > 0 && trial.added < room && per_node > 0) {
+          int64_t k = std::min(per_node, remaining);
+          trial.nodes.push_back({shape.gpus - k * s.gpus,
+                                 shape.cpus - static_cast<double>(k) * s.cpus,
+                                 shape.memory_mb - k * s.memory_mb});
+          remaining -= k;
+          trial.added++;
+        }
+        if (remaining < before) trials.push_back(std::move(trial));
       }
-      int added = 0;
-      const int64_t per_node = TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, s.tasks);
-      while (remaining > 0 && added < room) {
-        int64_t k = std::min(per_node, remaining);
-        trial.push_back({shape.gpus - k * s.gpus, shape.cpus - static_cast<double>(k) * s.cpus,
-                         shape.memory_mb - k * s.memory_mb});
-        remaining -= k;
-        added++;
+      const int64_t from_cloud = s.tasks - free_now - remaining;
+      if (remaining > 0 || from_cloud == 0) {
+        if (free_now + from_cloud > best_free + best_cloud) {
+          best_free = free_now;
+          best_cloud = from_cloud;
+        }
+        continue;
       }
-      if (remaining > 0) continue;
-      b.nodes = std::move(trial);
-      b.added += added;
-      if (added > 0) {
-        b.for_jobs.push_back(p.job_id);
+      // Covered: commit what it counted on.
+      for (auto& [slot, room] : onprem) promised[slot] = room;
+      std::string requested, pools_on_the_way;
+      double delay = 0;
+      for (PoolTrial& trial : trials) {
+        PoolBurst& b = state[static_cast<size_t>(trial.pid)];
+        const Pool& pool = pools_[static_cast<size_t>(trial.pid)];
+        b.nodes = std::move(trial.nodes);
+        b.added += trial.added;
+        if (trial.added > 0) {
+          b.for_jobs.push_back(p.job_id);
+          requested += (requested.empty() ? "" : ", ") + std::to_string(trial.added) +
+                       " node(s) in cloud pool '" + pool.name + "'";
+          delay = std::max(delay, pool.config->provisioning_delay_s);
+        } else {
+          pools_on_the_way += (pools_on_the_way.empty() ? "'" : ", '") + pool.name + "'";
+        }
+      }
+      if (!requested.empty()) {
         SetReason(index, reason::kWaitingForProvisioning,
-                  "requested " + std::to_string(added) + " node(s) in cloud pool '" + pool.name +
-                      "' (ready in about " + Num(pool.config->provisioning_delay_s) + " s)");
+                  "requested " + requested + " (ready in about " + Num(delay) + " s)");
       } else {
         SetReason(index, reason::kWaitingForProvisioning,
-                  "nodes already being provisioned in cloud pool '" + pool.name + "' will hold it");
+                  "nodes already being provisioned in cloud pool " + pools_on_the_way +
+                      " will hold it");
       }
+      covered = true;
       break;
+    }
+    if (!covered) {
+      ReasonOf(i).message += "; cloud burst cannot hold it: " + std::to_string(best_free) +
+                             " task(s) fit the free nodes now and its cloud pools can add room "
+                             "for " +
+                             std::to_string(best_cloud) + " more (at most max_nodes each), of " +
+                             std::to_string(s.tasks) + " needed";
     }
   }
   for (size_t pid = 0; pid < state.size(); ++pid) {
@@ -2305,7 +2530,20 @@ Decision CycleRun::Run() {
   return std::move(out_);
 }
 
+std::optional<std::string> CycleRun::CapacityRefusal() {
+  IndexPools();
+  IndexNodes();
+  PrepareJobs();
+  if (never_holds_.empty()) return std::nullopt;
+  return ReasonOf(static_cast<size_t>(never_holds_.front())).message;
+}
+
 }  // namespace
+
+std::optional<std::string> CapacityRefusal(const Config& config, const Snapshot& snapshot) {
+  UsageTracker usage;
+  return CycleRun(config, snapshot, usage, nullptr).CapacityRefusal();
+}
 
 Decision RunCycle(const Config& config, const Snapshot& snapshot, const UsageTracker& usage,
                   RateLimiter* limiter) {

@@ -3,6 +3,9 @@
 // preemption, backfill reservations, burst and scale-down.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "ferry/fleet/sched.h"
 #include "fleet/sched/policy.h"
 
@@ -12,5 +15,12 @@ namespace ferry::fleet::sched::internal {
 // `limiter` is the fair-share preemption limit that spans cycles.
 Decision RunCycle(const Config& config, const Snapshot& snapshot, const UsageTracker& usage,
                   RateLimiter* limiter);
+
+// When a pending job of `snapshot` could never be held by the snapshot's nodes
+// plus the cloud pools of its set at their max_nodes (burst enabled): the
+// CONSTRAINT_UNSATISFIABLE message a cycle gives it (the first such job);
+// nullopt when every job could be held. Malformed jobs are not judged here. The same
+// capacity reasoning as RunCycle (Scheduler::CheckCapacity uses it).
+std::optional<std::string> CapacityRefusal(const Config& config, const Snapshot& snapshot);
 
 }  // namespace ferry::fleet::sched::internal

@@ -39,6 +39,14 @@ class CoreScheduler final : public Scheduler {
     return ledger.NeverFits(job);
   }
 
+  std::optional<std::string> CheckCapacity(const PendingJob& job,
+                                           const std::vector<NodeInfo>& nodes) const override {
+    Snapshot snapshot;
+    snapshot.nodes = nodes;
+    snapshot.pending.push_back(job);
+    return internal::CapacityRefusal(config_, snapshot);
+  }
+
   std::vector<ShareStanding> FairShare() const override {
     return internal::Standings(config_, usage_);
   }

@@ -99,28 +99,21 @@ sched::Snapshot BuildSnapshot(const SchedulingSnapshot& in, int64_t now_ms,
   return out;
 }
 
-std::vector<Node> CloudPoolNodes(const sched::Config& config, int max_per_pool) {
-  std::vector<Node> out;
-  if (!config.burst.enabled) return out;
-  for (const sched::PoolConfig& pool : config.pools) {
-    if (!pool.cloud) continue;
-    const int count = std::min(pool.max_nodes, max_per_pool);
-    for (int n = 0; n < count; ++n) {
-      Node node;
-      node.id = -static_cast<int64_t>(out.size()) - 1;  // never a store id
-      node.name = pool.name + "#" + std::to_string(n);
-      node.pool = pool.name;
-      node.cpus = pool.node.cpus;
-      node.memory_mb = pool.node.memory_mb;
-      for (int g = 0; g < pool.node.gpus; ++g) {
-        Gpu gpu;
-        gpu.index = g;
-        gpu.model = pool.node.gpu_model;
-        gpu.memory_mb = pool.node.gpu_memory_mb;
-        node.gpus.push_back(std::move(gpu));
-      }
-      out.push_back(std::move(node));
-    }
+std::vector<sched::NodeInfo> CapacityNodes(const std::vector<Node>& nodes) {
+  std::vector<sched::NodeInfo> out;
+  out.reserve(nodes.size());
+  for (const Node& node : nodes) {
+    if (node.state == NodeState::kLost) continue;
+    sched::NodeInfo info;
+    info.id = node.id;
+    info.name = node.name;
+    info.pool = node.pool;
+    info.gpus.reserve(node.gpus.size());
+    for (const Gpu& gpu : node.gpus) info.gpus.push_back({gpu.id, gpu.index, gpu.model, gpu.memory_mb, true});
+    info.cpus = node.cpus;
+    info.memory_mb = node.memory_mb;
+    info.schedulable = !node.drain;
+    out.push_back(std::move(info));
   }
   return out;
 }

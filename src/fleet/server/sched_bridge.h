@@ -1,6 +1,6 @@
 // Between the store and the scheduling core (include/ferry/fleet/sched.h):
 // the core's Snapshot built from the store's, the idle time of nodes, cloud
-// pool shapes for the submission check, and the JSON of GET /v1/scheduler.
+// the nodes of the submission check, and the JSON of GET /v1/scheduler.
 // Internal to src/fleet/server; free of HTTP state so the tests reach it.
 #pragma once
 
@@ -42,10 +42,9 @@ sched::Snapshot BuildSnapshot(const SchedulingSnapshot& store_snapshot, int64_t 
                               const std::map<std::string, int>& provisioning,
                               const IdleTracker& idle);
 
-// Nodes a cloud pool could add (its shape, up to `max_per_pool` and the
-// pool's max_nodes), for "could this job ever fit" at submission. Only with
-// burst enabled.
-std::vector<Node> CloudPoolNodes(const sched::Config& config, int max_per_pool);
+// The nodes that count for "could this job ever run" at submission: every
+// node that is not LOST (drained ones may be undrained), as the core sees them.
+std::vector<sched::NodeInfo> CapacityNodes(const std::vector<Node>& nodes);
 
 // ---- GET /v1/scheduler.
 nlohmann::json SchedulerConfigJson(const sched::Config& config);

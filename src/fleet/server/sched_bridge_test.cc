@@ -1,10 +1,11 @@
-// The store → scheduling-core bridge: snapshot building, idle times, cloud
-// pool shapes and the GET /v1/scheduler JSON pieces.
+// The store → scheduling-core bridge: snapshot building, idle times, the
+// nodes of the submission check and the GET /v1/scheduler JSON pieces.
 #include "fleet/server/sched_bridge.h"
 
 #include <gtest/gtest.h>
 
-#include "ferry/fleet/scheduler.h"
+#include <memory>
+#include <optional>
 
 namespace ferry::fleet::server_internal {
 namespace {
@@ -155,7 +156,27 @@ TEST(IdleTracker, CountsFromWhenANodeWasFirstSeenFree) {
   EXPECT_EQ(idle.IdleSinceMs(99), -1);
 }
 
-TEST(CloudPoolNodes, ShapesOfCloudPoolsOnlyWithBurst) {
+Node CapacityTestNode(const std::string& name, const std::string& model, int gpus,
+                      NodeState state) {
+  Node node;
+  node.id = static_cast<int64_t>(name.size());
+  node.name = name;
+  node.pool = "onprem";
+  node.state = state;
+  node.cpus = 64;
+  node.memory_mb = 1 << 20;
+  for (int g = 0; g < gpus; ++g) {
+    Gpu gpu;
+    gpu.index = g;
+    gpu.model = model;
+    node.gpus.push_back(gpu);
+  }
+  return node;
+}
+
+// Admission counts nodes that are not LOST plus the cloud pools at their
+// max_nodes, with the core's own reasoning (Scheduler::CheckCapacity).
+TEST(CapacityNodes, LostNodesAndFullCloudPoolsDecideAdmission) {
   sched::Config config;
   sched::PoolConfig onprem;
   onprem.name = "onprem";
@@ -167,21 +188,35 @@ TEST(CloudPoolNodes, ShapesOfCloudPoolsOnlyWithBurst) {
   cloud.node.gpus = 4;
   cloud.node.gpu_model = "H100";
   config.pools = {onprem, cloud};
-  std::vector<Node> nodes = CloudPoolNodes(config, 2);
-  ASSERT_EQ(nodes.size(), 2u);  // at most the gang's task count
-  EXPECT_EQ(nodes[0].pool, "cloud");
-  EXPECT_EQ(nodes[0].gpus.size(), 4u);
-  EXPECT_EQ(nodes[0].gpus[0].model, "H100");
-  EXPECT_LT(nodes[0].id, 0);
-  JobSpec spec;
-  spec.tasks = 2;
-  spec.gpus_per_task = 4;
-  spec.gpu_models = {"H100"};
-  EXPECT_TRUE(GangCouldEverFit(spec, nodes));
-  spec.gpus_per_task = 5;
-  EXPECT_FALSE(GangCouldEverFit(spec, nodes));
-  config.burst.enabled = false;
-  EXPECT_TRUE(CloudPoolNodes(config, 2).empty());
+  sched::ProviderConfig local;
+  local.name = "local";
+  config.providers.push_back(local);
+  Node drained = CapacityTestNode("ready", "H200", 8, NodeState::kReady);
+  drained.drain = true;
+  std::vector<Node> nodes = {drained, CapacityTestNode("lost", "H200", 8, NodeState::kLost)};
+  std::vector<sched::NodeInfo> capacity = CapacityNodes(nodes);
+  ASSERT_EQ(capacity.size(), 1u);  // the LOST node does not count, the drained one does
+  EXPECT_EQ(capacity[0].name, "ready");
+  Result<std::unique_ptr<sched::Scheduler>> scheduler = sched::Scheduler::Make(config);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status().message();
+  auto job = [](int tasks, int gpus, const std::string& model) {
+    sched::PendingJob p;
+    p.job_id = 1;
+    p.tasks = tasks;
+    p.gpus_per_task = gpus;
+    p.gpu_models = {model};
+    return p;
+  };
+  EXPECT_EQ((*scheduler)->CheckCapacity(job(1, 8, "H200"), capacity), std::nullopt);
+  std::optional<std::string> two = (*scheduler)->CheckCapacity(job(2, 8, "H200"), capacity);
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NE(two->find("could ever hold"), std::string::npos) << *two;
+  EXPECT_EQ((*scheduler)->CheckCapacity(job(3, 4, "H100"), capacity), std::nullopt);
+  EXPECT_TRUE((*scheduler)->CheckCapacity(job(4, 4, "H100"), capacity).has_value());
+  EXPECT_TRUE((*scheduler)->CheckCapacity(job(1, 5, "H100"), capacity).has_value());
+  config.burst.enabled = false;  // cloud pools add nothing without burst
+  ASSERT_TRUE((*scheduler)->Reconfigure(config).ok());
+  EXPECT_TRUE((*scheduler)->CheckCapacity(job(1, 4, "H100"), capacity).has_value());
 }
 
 TEST(SchedulerJson, ConfigStatsAndStandings) {
