@@ -13,8 +13,10 @@
 #include <set>
 #include <sstream>
 
+#include "cli/log_lines.h"
 #include "ferry/fleet/agent.h"
 #include "ferry/fleet/client.h"
+#include "ferry/fleet/model.h"
 #include "ferry/fleet/server.h"
 
 namespace ferry::cli {
@@ -252,6 +254,16 @@ std::string FormatAge(std::optional<int64_t> then_ms, int64_t now_ms) {
   return std::to_string(seconds / 86400) + "d";
 }
 
+std::string AlreadyFinishedMessage(const json& job) {
+  if (!job.is_object()) return "";
+  auto state = job.find("state");
+  if (state == job.end() || !state->is_string()) return "";
+  std::optional<fleet::JobState> parsed = fleet::ParseJobState(state->get<std::string>());
+  if (!parsed || !fleet::IsTerminal(*parsed)) return "";
+  return "job " + Field(job, "id") + " has already finished (" + state->get<std::string>() +
+         "); nothing to cancel";
+}
+
 // ---- The commands.
 
 struct FleetCommands::State {
@@ -260,6 +272,7 @@ struct FleetCommands::State {
       GetEnv("FERRY_SERVER").empty() ? "http://127.0.0.1:8700" : GetEnv("FERRY_SERVER");
   std::string token;
   std::string token_file;
+  std::string ca_file = GetEnv("FERRY_CA_FILE");  // https: the CAs to verify the server with
   bool json_output = false;
 
   // server
@@ -312,11 +325,17 @@ struct FleetCommands::State {
   bool prefix = false;
 
   CLI::App* nodes_cmd = nullptr;
+  CLI::App* drain_cmd = nullptr;
+  CLI::App* undrain_cmd = nullptr;
+  std::string node_name;
   CLI::App* whoami_cmd = nullptr;
   CLI::App* scheduler_cmd = nullptr;
 
   CLI::App* admin_cmd = nullptr;
   CLI::App* admin_user_add = nullptr;
+  CLI::App* admin_user_list = nullptr;
+  CLI::App* admin_user_revoke = nullptr;
+  std::string admin_list_tenant;  // empty: every tenant
   std::string admin_tenant = "default";
   std::string admin_team = "default";
   std::string admin_name;
@@ -328,6 +347,9 @@ struct FleetCommands::State {
     command->add_option("--token", token, "Bearer token (default $FERRY_TOKEN)");
     command->add_option("--token-file", token_file,
                         "File holding the token (default $FERRY_TOKEN_FILE)");
+    command->add_option("--ca-file", ca_file,
+                        "PEM CA certificates to verify an https server with (default "
+                        "$FERRY_CA_FILE, else the system's)");
     command->add_flag("--json", json_output, "Print the server's JSON instead of a table");
   }
 
@@ -351,13 +373,27 @@ struct FleetCommands::State {
   int Logs(Client& client, int64_t id);
   int Cancel(Client& client, int64_t id);
   int Nodes(Client& client);
+  int Drain(Client& client, bool drain);
   int Whoami(Client& client);
   int Scheduler(Client& client);
   int AdminUserAdd(Client& client);
+  int AdminUserList(Client& client);
+  int AdminUserRevoke(Client& client);
 };
 
 FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) {
   State& s = *state_;
+  // The connection may also come before the command (`ferry --token-file F
+  // jobs`); the command's own flags, parsed later, take precedence.
+  app.add_option("--server", s.server,
+                 "Fleet server URL for the fleet commands (default $FERRY_SERVER or "
+                 "http://127.0.0.1:8700)")
+      ->group("Fleet connection");
+  app.add_option("--token", s.token, "Bearer token for the fleet commands (default $FERRY_TOKEN)")
+      ->group("Fleet connection");
+  app.add_option("--token-file", s.token_file,
+                 "File holding the token (default $FERRY_TOKEN_FILE)")
+      ->group("Fleet connection");
 
   s.server_cmd = app.add_subcommand("server", "Run the fleet control plane (REST API + scheduler)");
   auto& so = s.server_options;
@@ -401,6 +437,13 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.server_cmd->add_option("--scheduler-config", so.scheduler_config,
                            "Scheduler policies, pools, quotas and providers (YAML, "
                            "docs/fleet-config.md); re-read when it changes");
+  s.server_cmd->add_option("--tls-cert", so.tls_cert_file,
+                           "Serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  s.server_cmd->add_option("--tls-key", so.tls_key_file,
+                           "The PEM private key of --tls-cert");
+  s.server_cmd->add_option("--ca-file", so.ca_file,
+                           "CA file the local provider's agents verify this server with "
+                           "(default $FERRY_CA_FILE with --tls-cert)");
 
   s.agent_cmd = app.add_subcommand("agent", "Run a node agent: register GPUs, run assigned tasks");
   auto& ao = s.agent_options;
@@ -409,6 +452,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd->add_option("--token", s.token, "Agent token (default $FERRY_TOKEN)");
   s.agent_cmd->add_option("--token-file", s.token_file,
                           "File holding the agent token (default $FERRY_TOKEN_FILE)");
+  s.agent_cmd->add_option("--ca-file", s.ca_file,
+                          "PEM CA certificates to verify an https server with (default "
+                          "$FERRY_CA_FILE, else the system's)");
   s.agent_cmd->add_option("--pool", ao.pool, "Pool of this node (default \"default\")");
   s.agent_cmd->add_option("--name", ao.node_name, "Node name (default: the host name)");
   s.agent_cmd->add_option("--gpus", s.gpus,
@@ -478,6 +524,14 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.nodes_cmd = app.add_subcommand("nodes", "List nodes and their GPUs");
   s.AddConnection(s.nodes_cmd);
 
+  s.drain_cmd = app.add_subcommand(
+      "drain", "Stop placing new work on a node; its running jobs go on (platform admins)");
+  s.AddConnection(s.drain_cmd);
+  s.drain_cmd->add_option("node", s.node_name, "Node name")->required();
+  s.undrain_cmd = app.add_subcommand("undrain", "Let a drained node take work again (platform admins)");
+  s.AddConnection(s.undrain_cmd);
+  s.undrain_cmd->add_option("node", s.node_name, "Node name")->required();
+
   s.whoami_cmd = app.add_subcommand("whoami", "Show the identity of the token");
   s.AddConnection(s.whoami_cmd);
 
@@ -496,6 +550,15 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.admin_user_add->add_option("--name", s.admin_name, "User name")->required();
   s.admin_user_add->add_option("--role", s.admin_role,
                                "user, team_admin, platform_admin or agent (default user)");
+  s.admin_user_list = admin_user->add_subcommand("list", "List users and their active tokens");
+  s.AddConnection(s.admin_user_list);
+  s.admin_user_list->add_option("--tenant", s.admin_list_tenant,
+                                "Only this tenant's users (default: every tenant)");
+  s.admin_user_revoke = admin_user->add_subcommand(
+      "revoke", "Revoke every token of a user; they get 401 at once");
+  s.AddConnection(s.admin_user_revoke);
+  s.admin_user_revoke->add_option("name", s.admin_name, "User name")->required();
+  s.admin_user_revoke->add_option("--tenant", s.admin_tenant, "Tenant of the user (default default)");
 }
 
 FleetCommands::~FleetCommands() = default;
@@ -508,8 +571,10 @@ int FleetCommands::Run() {
   State& s = *state_;
   if (s.server_cmd->parsed()) return s.RunServer();
   if (s.agent_cmd->parsed()) return s.RunAgent();
-  for (CLI::App* command : {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd,
-                            s.nodes_cmd, s.whoami_cmd, s.scheduler_cmd, s.admin_user_add}) {
+  for (CLI::App* command :
+       {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd, s.nodes_cmd, s.drain_cmd,
+        s.undrain_cmd, s.whoami_cmd, s.scheduler_cmd, s.admin_user_add, s.admin_user_list,
+        s.admin_user_revoke}) {
     if (command->parsed()) return s.RunUser();
   }
   return -1;
@@ -517,6 +582,9 @@ int FleetCommands::Run() {
 
 int FleetCommands::State::RunServer() {
   server_options.idempotency_ttl_ms = static_cast<int64_t>(idempotency_ttl_s * 1000);
+  if (server_options.ca_file.empty() && !server_options.tls_cert_file.empty()) {
+    server_options.ca_file = GetEnv("FERRY_CA_FILE");
+  }
   Status status = fleet::RunServer(server_options);
   if (!status.ok()) return ApiError(status);
   return kExitOk;
@@ -524,6 +592,7 @@ int FleetCommands::State::RunServer() {
 
 int FleetCommands::State::RunAgent() {
   agent_options.server_url = server;
+  agent_options.ca_file = ca_file;
   auto resolved = ResolveToken();
   if (!resolved.ok()) return UsageError(resolved.status().message());
   agent_options.token = *resolved;
@@ -557,6 +626,10 @@ int FleetCommands::State::RunUser() {
   ClientOptions options;
   options.base_url = server;
   options.token = *resolved;
+  options.ca_file = ca_file;
+  if (Status usable = fleet::CheckClientOptions(options); !usable.ok()) {
+    return UsageError(usable.message());
+  }
   Client client(options);
   int64_t id = 0;
   if (status_cmd->parsed() || logs_cmd->parsed() || cancel_cmd->parsed()) {
@@ -568,8 +641,12 @@ int FleetCommands::State::RunUser() {
   if (logs_cmd->parsed()) return Logs(client, id);
   if (cancel_cmd->parsed()) return Cancel(client, id);
   if (nodes_cmd->parsed()) return Nodes(client);
+  if (drain_cmd->parsed()) return Drain(client, true);
+  if (undrain_cmd->parsed()) return Drain(client, false);
   if (whoami_cmd->parsed()) return Whoami(client);
   if (scheduler_cmd->parsed()) return Scheduler(client);
+  if (admin_user_list->parsed()) return AdminUserList(client);
+  if (admin_user_revoke->parsed()) return AdminUserRevoke(client);
   return AdminUserAdd(client);
 }
 
@@ -593,9 +670,17 @@ int FleetCommands::State::Submit(Client& client) {
   if (given("--name")) {
     body["name"] = name;
   } else if (!body.contains("name")) {
-    std::string base = !command.empty() ? command[0] : dataflow;
-    if (auto slash = base.rfind('/'); slash != std::string::npos) base = base.substr(slash + 1);
-    body["name"] = base.empty() ? "job" : base;
+    std::vector<std::string> words = command;
+    if (words.empty() && body.contains("command") && body["command"].is_array()) {
+      for (const auto& word : body["command"]) {
+        if (word.is_string()) words.push_back(word.get<std::string>());
+      }
+    }
+    std::string flow = dataflow;
+    if (flow.empty() && body.contains("dataflow") && body["dataflow"].is_string()) {
+      flow = body["dataflow"].get<std::string>();
+    }
+    body["name"] = DefaultJobName(words, flow);
   }
   if (given("--gpus")) body["gpus_per_task"] = gpus_per_task;
   if (given("--tasks")) body["tasks"] = tasks;
@@ -738,6 +823,7 @@ int FleetCommands::State::Logs(Client& client, int64_t id) {
   const std::string path = "/v1/jobs/" + std::to_string(id) + "/logs";
   int64_t after = 0;
   constexpr int64_t kWaitMs = 20'000;
+  LogLinePrefixer lines;  // with --prefix: whole lines only
   for (;;) {
     Request request;
     request.path = path;
@@ -760,8 +846,12 @@ int FleetCommands::State::Logs(Client& client, int64_t id) {
       }
       const std::string stream = chunk.value("stream", "stdout");
       std::ostream& out = stream == "stderr" ? std::cerr : std::cout;
-      if (prefix) out << "[task " << Field(chunk, "task") << " " << stream << "] ";
-      out << chunk.value("data", "");
+      if (prefix) {
+        out << lines.Add(chunk.value("attempt", 1), chunk.value("task", 0), stream,
+                         chunk.value("data", ""));
+      } else {
+        out << chunk.value("data", "");
+      }
     }
     std::cout.flush();
     std::cerr.flush();
@@ -778,16 +868,36 @@ int FleetCommands::State::Logs(Client& client, int64_t id) {
       break;
     }
   }
+  // A last line without its newline (the task ended, or a job still running
+  // has not finished the line yet) is printed on its own line.
+  std::cout << lines.Flush("stdout");
+  std::cerr << lines.Flush("stderr");
   return kExitOk;
 }
 
 int FleetCommands::State::Cancel(Client& client, int64_t id) {
+  // The API answers 200 with the unchanged job for a finished one (cancel is
+  // idempotent); the command reads the job first to say nothing was cancelled.
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  auto before = client.Get(path);
+  if (!before.ok()) return ApiError(before.status());
+  auto finished = [&](const json& job) {
+    if (json_output) PrintJson(job);
+    std::cerr << "ferry: " << AlreadyFinishedMessage(job) << "\n";
+    return kExitApiError;
+  };
+  if (!AlreadyFinishedMessage(before->body).empty()) return finished(before->body);
   Request request;
   request.method = "POST";
-  request.path = "/v1/jobs/" + std::to_string(id) + ":cancel";
+  request.path = path + ":cancel";
   request.body = json::object();
   auto response = client.Send(request);
   if (!response.ok()) return ApiError(response.status());
+  // It may have ended by itself between the two requests.
+  if (Field(response->body, "state") != "CANCELLED" &&
+      !AlreadyFinishedMessage(response->body).empty()) {
+    return finished(response->body);
+  }
   if (json_output) {
     PrintJson(response->body);
     return kExitOk;
@@ -825,6 +935,29 @@ int FleetCommands::State::Nodes(Client& client) {
                     Field(node, "cpus"), Field(node, "memory_mb"), Age(node, "last_heartbeat")});
   }
   std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::Drain(Client& client, bool drain) {
+  if (node_name.empty()) return UsageError("a node name is required");
+  Request request;
+  request.method = "POST";
+  request.path = "/v1/nodes/" + fleet::UrlEncode(node_name) + (drain ? ":drain" : ":undrain");
+  request.body = json::object();
+  auto response = client.Send(request);
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  const json& node = response->body;
+  std::string state = Field(node, "state");
+  const bool drained = node.is_object() && node.value("drain", false);
+  if (drained) state += ",DRAIN";
+  std::cout << "node " << Field(node, "name") << ": " << state
+            << (drained ? " (no new work is placed on it; running jobs go on)"
+                        : " (takes new work)")
+            << "\n";
   return kExitOk;
 }
 
@@ -908,6 +1041,48 @@ int FleetCommands::State::AdminUserAdd(Client& client) {
   std::cerr << "created " << Field(response->body, "role") << " " << Field(response->body, "user")
             << " in " << Field(response->body, "tenant") << "/" << Field(response->body, "team")
             << "; the token is shown once\n";
+  return kExitOk;
+}
+
+int FleetCommands::State::AdminUserList(Client& client) {
+  std::vector<std::pair<std::string, std::string>> query;
+  if (!admin_list_tenant.empty()) query.emplace_back("tenant", admin_list_tenant);
+  auto response = client.Get("/v1/admin/users", query);
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "TENANT", "TEAM", "NAME", "ROLE", "TOKENS", "AGE"}};
+  for (const auto& user : response->body.value("users", json::array())) {
+    rows.push_back({Field(user, "id"), Field(user, "tenant"), Field(user, "team"),
+                    Field(user, "name"), Field(user, "role"), Field(user, "active_tokens"),
+                    Age(user, "created_at")});
+  }
+  std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::AdminUserRevoke(Client& client) {
+  if (admin_name.empty()) return UsageError("a user name is required");
+  auto response =
+      client.Post("/v1/admin/users:revoke", json{{"tenant", admin_tenant}, {"name", admin_name}});
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  const json user = response->body.value("user", json::object());
+  const std::string who =
+      Field(user, "name") + " in " + Field(user, "tenant") + "/" + Field(user, "team");
+  const std::string count = Field(response->body, "revoked_tokens");
+  if (count == "0") {
+    std::cout << who << " had no active tokens; nothing was revoked\n";
+  } else {
+    std::cout << "revoked " << count << (count == "1" ? " token" : " tokens") << " of " << who
+              << "; they are refused from now on\n";
+  }
   return kExitOk;
 }
 

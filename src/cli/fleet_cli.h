@@ -1,6 +1,6 @@
 // The fleet commands of `ferry`: server, agent and the user commands (submit,
-// jobs, status, logs, cancel, nodes, whoami, admin user add) over the REST API
-// (docs/fleet-cli.md).
+// jobs, status, logs, cancel, nodes, drain, undrain, whoami, admin user
+// add/list/revoke) over the REST API (docs/fleet-cli.md).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -56,5 +56,22 @@ std::optional<int64_t> ParseTimestamp(const std::string& text);
 
 // "42s", "5m", "3h", "2d"; "-" when unknown.
 std::string FormatAge(std::optional<int64_t> then_ms, int64_t now_ms);
+
+// The name `ferry submit` gives a job without --name or a name in its file.
+// For a command: interpreters and launchers (python, python3.11, pypy, bash,
+// sh, env with its NAME=value words, uv run, torchrun, accelerate launch,
+// deepspeed, mpirun, node, Rscript, julia, ...) and their flags are skipped,
+// `-m pkg.module` gives "module", `bash -c "CODE"` is named by CODE's
+// command, and otherwise the first script or program gives its base name
+// without extension ("python train.py --epochs 3" -> "train"). For a
+// dataflow file: its directory when the file is dataflow.yml/dataflow.yaml
+// ("examples/sensor/dataflow.yml" -> "sensor"), else its stem. The result is
+// a valid job name: 1 to 128 characters ("job" when nothing is left).
+std::string DefaultJobName(const std::vector<std::string>& command, const std::string& dataflow);
+
+// What `ferry cancel` says about `job` (a job resource) when it has already
+// finished ("job 3 has already finished (SUCCEEDED); nothing to cancel"), or
+// "" when the job is pending or running and can be cancelled.
+std::string AlreadyFinishedMessage(const nlohmann::json& job);
 
 }  // namespace ferry::cli

@@ -78,5 +78,95 @@ TEST(Output, TableAndTimes) {
   EXPECT_EQ(FormatAge(std::nullopt, 0), "-");
 }
 
+std::string NameOf(const std::string& command_line) {
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : command_line + " ") {
+    if (c == ' ') {
+      if (!word.empty()) words.push_back(word);
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
+  return DefaultJobName(words, "");
+}
+
+TEST(DefaultJobName, SkipsInterpretersAndLaunchers) {
+  EXPECT_EQ(NameOf("python train.py --epochs 3"), "train");
+  EXPECT_EQ(NameOf("python3 -u examples/train.py"), "train");
+  EXPECT_EQ(NameOf("python3.11 -W ignore -X dev train.py"), "train");
+  EXPECT_EQ(NameOf("/usr/bin/pypy3 bench.py"), "bench");
+  EXPECT_EQ(NameOf("python -m pkg.sub.evaluate --split test"), "evaluate");
+  EXPECT_EQ(NameOf("python -mpytest -x"), "pytest");
+  EXPECT_EQ(NameOf("python -c print(1)"), "python");
+  EXPECT_EQ(NameOf("python"), "python");
+  EXPECT_EQ(NameOf("bash scripts/run.sh"), "run");
+  EXPECT_EQ(NameOf("sh -e ./job.sh"), "job");
+  EXPECT_EQ(NameOf("/usr/bin/env python3 serve.py"), "serve");
+  EXPECT_EQ(NameOf("env -i SEED=1 CUDA_LAUNCH_BLOCKING=1 python train.py"), "train");
+  EXPECT_EQ(NameOf("SEED=1 python train.py"), "train");
+  EXPECT_EQ(NameOf("uv run train.py"), "train");
+  EXPECT_EQ(NameOf("uv run --with torch python finetune.py"), "finetune");
+  EXPECT_EQ(NameOf("uv run -m pkg.serve"), "serve");
+  EXPECT_EQ(NameOf("torchrun --nproc_per_node=8 train.py"), "train");
+  EXPECT_EQ(NameOf("torchrun --standalone --nnodes 1 --nproc-per-node 8 pretrain.py"), "pretrain");
+  EXPECT_EQ(NameOf("torchrun --nnodes 2 -m pkg.train"), "train");
+  EXPECT_EQ(NameOf("python -m torch.distributed.run --nproc_per_node 4 ddp.py"), "ddp");
+  EXPECT_EQ(NameOf("accelerate launch --multi_gpu --num_processes 8 sft.py --lr 1e-5"), "sft");
+  EXPECT_EQ(NameOf("accelerate launch --config_file cfg.yaml train.py"), "train");
+  EXPECT_EQ(NameOf("deepspeed --num_gpus 8 zero.py --deepspeed ds.json"), "zero");
+  EXPECT_EQ(NameOf("mpirun -np 4 --allow-run-as-root python allreduce.py"), "allreduce");
+  EXPECT_EQ(NameOf("node --require dotenv/config server.js"), "server");
+  EXPECT_EQ(NameOf("Rscript analysis.R"), "analysis");
+  EXPECT_EQ(NameOf("julia --project=. -t 8 sim.jl"), "sim");
+  EXPECT_EQ(NameOf("timeout 3600 nice -n 10 python long.py"), "long");
+  EXPECT_EQ(NameOf("conda run -n ml python fit.py"), "fit");
+  // A shell's -c is a command line: named by its first command.
+  EXPECT_EQ(DefaultJobName({"bash", "-c", "cd /data && python prep.py"}, ""), "cd");
+  EXPECT_EQ(DefaultJobName({"bash", "-lc", "python prep.py --fast"}, ""), "prep");
+  // Plain programs keep their base name without extension.
+  EXPECT_EQ(NameOf("./a.out"), "a");
+  EXPECT_EQ(NameOf("/opt/tools/nvidia-smi -L"), "nvidia-smi");
+  EXPECT_EQ(NameOf("echo hi"), "echo");
+  // `uv pip` is uv itself, not `uv run`.
+  EXPECT_EQ(NameOf("uv pip install x"), "uv");
+}
+
+TEST(DefaultJobName, DataflowsAndValidNames) {
+  EXPECT_EQ(DefaultJobName({}, "examples/sensor/dataflow.yml"), "sensor");
+  EXPECT_EQ(DefaultJobName({}, "/srv/flows/etl/dataflow.yaml"), "etl");
+  EXPECT_EQ(DefaultJobName({}, "flows/pipeline.yml"), "pipeline");
+  EXPECT_EQ(DefaultJobName({}, "dataflow.yml"), "dataflow");
+  EXPECT_EQ(DefaultJobName({}, "./dataflow.yml"), "dataflow");
+  EXPECT_EQ(DefaultJobName({}, ""), "job");
+  EXPECT_EQ(DefaultJobName({"python", ""}, ""), "python");
+  // 1 to 128 characters, whole UTF-8 characters, no control characters.
+  const std::string long_name(300, 'x');
+  EXPECT_EQ(DefaultJobName({long_name + ".py"}, ""), std::string(128, 'x'));
+  std::string accents;
+  for (int i = 0; i < 200; ++i) accents += "\xc3\xa9";  // é
+  const std::string cut = DefaultJobName({accents}, "");
+  EXPECT_EQ(cut.size(), 256u);  // 128 characters of 2 bytes
+  EXPECT_EQ(DefaultJobName({"bad\xff\x01name"}, ""), "bad__name");
+  EXPECT_EQ(DefaultJobName({"python", "."}, ""), "job");
+}
+
+TEST(Cancel, FinishedJobsAreNamedAndLiveOnesAreNot) {
+  using nlohmann::json;
+  EXPECT_EQ(AlreadyFinishedMessage(json{{"id", 3}, {"state", "SUCCEEDED"}}),
+            "job 3 has already finished (SUCCEEDED); nothing to cancel");
+  for (const char* state : {"FAILED", "CANCELLED", "TIMEOUT"}) {
+    EXPECT_NE(AlreadyFinishedMessage(json{{"id", 4}, {"state", state}}).find(state),
+              std::string::npos);
+  }
+  for (const char* state : {"PENDING", "ADMITTED", "RUNNING", "PREEMPTED", "LOST"}) {
+    EXPECT_EQ(AlreadyFinishedMessage(json{{"id", 4}, {"state", state}}), "") << state;
+  }
+  EXPECT_EQ(AlreadyFinishedMessage(json::array()), "");
+  EXPECT_EQ(AlreadyFinishedMessage(json{{"id", 4}}), "");
+  EXPECT_EQ(AlreadyFinishedMessage(json{{"id", 4}, {"state", 7}}), "");
+}
+
 }  // namespace
 }  // namespace ferry::cli
