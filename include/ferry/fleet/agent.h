@@ -18,7 +18,8 @@
 namespace ferry::fleet {
 
 struct AgentOptions {
-  std::string server_url = "http://127.0.0.1:8700";
+  std::string server_url = "http://127.0.0.1:8700";  // https://: TLS, the server verified
+  std::string ca_file;        // PEM CAs to verify an https server with; empty: the system's
   std::string token;          // bearer token of an agent identity
   std::string node_name;      // default: the host name
   std::string pool = "default";

@@ -1,6 +1,8 @@
 // A small HTTP client for the fleet REST API (docs/fleet-api.md), used by the
 // `ferry` CLI and the node agent. It sends JSON with a bearer token and
-// returns the status, the parsed JSON body and the headers. An error status
+// returns the status, the parsed JSON body and the headers. An https:// base
+// URL speaks TLS and verifies the server's certificate chain and host name
+// (against `ca_file`, else the system's CA store). An error status
 // (>= 400) becomes a Status whose message is read from the problem details:
 // "422 validation: gpus_per_task: must be an integer between 0 and 64".
 //
@@ -26,7 +28,16 @@ struct ClientOptions {
   int64_t connect_timeout_ms = 5'000;
   int64_t read_timeout_ms = 60'000;  // long polls add their wait to this
   int64_t write_timeout_ms = 30'000;
+  // PEM file of the CA certificates an https server's certificate must chain
+  // to; empty: the system's CA store. Ignored for http:// URLs.
+  std::string ca_file{};
 };
+
+// Checks what can be checked before connecting: the URL's form
+// (http[s]://host[:port], no path) and, for https with a `ca_file`, that the
+// file is readable and holds at least one PEM certificate. kInvalid with a
+// message naming the URL or the file.
+Status CheckClientOptions(const ClientOptions& options);
 
 struct Response {
   int status = 0;
@@ -66,7 +77,11 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Sends `request`. Transport failures are IOError ("cannot reach
-  // http://...: Connection"); an error status is an error unless
+  // http://...: Connection"); TLS failures say what failed: an untrusted
+  // certificate ("TLS certificate verification failed: ... unable to get
+  // local issuer certificate"), a certificate not issued for the URL's host
+  // ("... does not match host ..."), a failed handshake, an unusable CA
+  // file. An error status is an error unless
   // `allow_error_status` (4xx: Invalid, 5xx: IOError, message from
   // DescribeErrorResponse).
   Result<Response> Send(const Request& request);

@@ -114,8 +114,9 @@ class ResilientProvider : public Provider {
 // ---- The local provider.
 struct LocalProviderOptions {
   std::string ferry_binary;      // path of `ferry` (runs `ferry agent ...`)
-  std::string server_url;        // http://127.0.0.1:PORT
+  std::string server_url;        // http://127.0.0.1:PORT (https:// when the server has TLS)
   std::string agent_token_file;  // the agent identity's token
+  std::string ca_file;           // the agents' --ca-file for an https server; empty: none
   std::string work_dir;          // each node gets <work_dir>/<node>/
   std::string name_prefix = "cloud";  // nodes are "<prefix>-<pool>-<n>"
   double spot_interruptions_per_hour = 0;  // per running spot node (Poisson)
@@ -136,7 +137,7 @@ Result<std::unique_ptr<Provider>> MakeLocalProvider(const LocalProviderOptions& 
 
 // `base` with the local provider's settings from a ProviderConfig applied:
 // its spot_interruptions_per_hour, and the params ferry_binary, server_url,
-// agent_token_file, work_dir, name_prefix, seed, fail_next_provisions and
+// agent_token_file, ca_file, work_dir, name_prefix, seed, fail_next_provisions and
 // stop_timeout_s. An unknown param or a bad number is kInvalid.
 Result<LocalProviderOptions> LocalProviderOptionsFromConfig(const sched::ProviderConfig& config,
                                                             LocalProviderOptions base);

@@ -34,6 +34,15 @@ struct ServerOptions {
   // The `ferry` binary the local provider starts agents with; empty: the
   // running executable (/proc/self/exe).
   std::string ferry_binary;
+  // HTTPS: the server's certificate (PEM, leaf first, then intermediates) and
+  // its private key (PEM, unencrypted). Both or neither; empty: plain HTTP.
+  // Unreadable files or a key that does not match the certificate stop the
+  // server at start.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The CA file the local provider's agents verify this server with (passed
+  // as their --ca-file); empty: theirs is the system's CA store.
+  std::string ca_file;
 };
 
 // Runs until `stop` becomes true or SIGINT/SIGTERM arrives (when

@@ -605,6 +605,9 @@ Status Agent::Prepare() {
   client_options.token = options_.token;
   client_options.connect_timeout_ms = 2'000;
   client_options.read_timeout_ms = 10'000;
+  client_options.ca_file = options_.ca_file;
+  // A malformed URL or an unusable CA file does not get better by retrying.
+  FERRY_RETURN_NOT_OK(CheckClientOptions(client_options));
   sync_client_ = std::make_unique<Client>(client_options);
   shipper_ = std::make_unique<LogShipper>(client_options, options_.node_name, [this] {
     if (waiting_for_logs_.load()) Wake();

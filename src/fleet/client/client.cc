@@ -1,9 +1,21 @@
 #include "ferry/fleet/client.h"
 
 #include <httplib.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <string_view>
 #include <utility>
 
@@ -76,7 +88,91 @@ const char* ReasonPhrase(int status) {
   }
 }
 
+// The parts of a base URL: scheme (lower case) and host (without brackets or
+// port). False when it is not http[s]://host[:port] without a path.
+bool SplitBaseUrl(std::string url, std::string* scheme, std::string* host) {
+  while (!url.empty() && url.back() == '/') url.pop_back();  // as the Client does
+  const size_t scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) return false;
+  *scheme = Lower(url.substr(0, scheme_end));
+  if (*scheme != "http" && *scheme != "https") return false;
+  const std::string authority = url.substr(scheme_end + 3);
+  if (authority.empty() || authority.find('/') != std::string::npos) return false;
+  if (authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string::npos || close == 1) return false;
+    *host = authority.substr(1, close - 1);
+  } else {
+    *host = authority.substr(0, authority.find(':'));
+  }
+  return !host->empty();
+}
+
+// While a TLS request runs, a peer that closed its end must not kill the
+// process: OpenSSL writes with write(2), which raises SIGPIPE. The signal is
+// blocked on this thread and a SIGPIPE raised meanwhile is consumed.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~ScopedSigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{};
+        sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
 }  // namespace
+
+Status CheckClientOptions(const ClientOptions& options) {
+  std::string scheme, host;
+  if (!SplitBaseUrl(options.base_url, &scheme, &host)) {
+    return Status::Invalid("bad server URL '" + options.base_url +
+                           "' (expected http://host:port or https://host:port)");
+  }
+  if (scheme != "https" || options.ca_file.empty()) return Status::OK();
+  errno = 0;
+  BIO* file = BIO_new_file(options.ca_file.c_str(), "r");
+  if (file == nullptr) {
+    const int error = errno;
+    ERR_clear_error();
+    return Status::Invalid("cannot read CA file " + options.ca_file + ": " +
+                           (error != 0 ? std::strerror(error) : "cannot open it"));
+  }
+  int certificates = 0;
+  while (X509* certificate = PEM_read_bio_X509(file, nullptr, nullptr, nullptr)) {
+    X509_free(certificate);
+    ++certificates;
+  }
+  BIO_free(file);
+  ERR_clear_error();  // the read that ended the loop
+  if (certificates == 0) {
+    return Status::Invalid("CA file " + options.ca_file +
+                           " holds no PEM certificate (expected -----BEGIN CERTIFICATE-----)");
+  }
+  return Status::OK();
+}
 
 std::string Response::Header(const std::string& name) const {
   auto it = headers.find(Lower(name));
@@ -136,6 +232,46 @@ std::string DescribeErrorResponse(int status, const std::string& content_type,
 struct Client::Impl {
   explicit Impl(const std::string& url) : http(url) {}
   httplib::Client http;
+  Status usable;  // CheckClientOptions, once
+  bool https = false;
+  std::string host;
+
+  // What failed, for a transport error of a request to `url`.
+  std::string DescribeFailure(httplib::Error error, const ClientOptions& options,
+                              const std::string& what) {
+    const std::string& url = options.base_url;
+    const std::string trusted =
+        options.ca_file.empty()
+            ? "the system's CA store; pass --ca-file or set FERRY_CA_FILE for a private CA"
+            : "CA file " + options.ca_file;
+    switch (error) {
+      case httplib::Error::SSLServerVerification: {
+        const long verify = http.get_openssl_verify_result();
+        const bool name_mismatch = verify == X509_V_ERR_HOSTNAME_MISMATCH ||
+                                   verify == X509_V_ERR_IP_ADDRESS_MISMATCH;
+        if (verify != X509_V_OK && !name_mismatch) {
+          return "TLS certificate verification failed for " + url + " (" + what + "): " +
+                 X509_verify_cert_error_string(verify) + " (checked against " + trusted + ")";
+        }
+        return "TLS certificate verification failed for " + url + " (" + what +
+               "): the server's certificate does not match host '" + host +
+               "' (no subjectAltName of the certificate names it)";
+      }
+      case httplib::Error::SSLConnection:
+        return "TLS handshake with " + url + " failed (" + what +
+               "); if the server speaks plain HTTP, use an http:// URL";
+      case httplib::Error::SSLLoadingCerts:
+        return "cannot load the CA certificates of " + trusted + " (" + what + ")";
+      default:
+        break;
+    }
+    if (!https && error == httplib::Error::Read) {
+      return "cannot reach " + url + " (" + what +
+             "): the connection closed without an answer (Read); if the server uses TLS, use "
+             "an https:// URL";
+    }
+    return "cannot reach " + url + " (" + what + "): " + httplib::to_string(error);
+  }
 };
 
 Client::Client(ClientOptions options) : options_(std::move(options)) {
@@ -143,7 +279,26 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
     options_.base_url.pop_back();
   }
   impl_ = std::make_unique<Impl>(options_.base_url);
+  impl_->usable = CheckClientOptions(options_);
+  std::string scheme;
+  if (SplitBaseUrl(options_.base_url, &scheme, &impl_->host)) impl_->https = scheme == "https";
   auto& http = impl_->http;
+  if (impl_->https) {
+    http.enable_server_certificate_verification(true);
+    if (!options_.ca_file.empty()) http.set_ca_cert_path(options_.ca_file);
+    // OpenSSL checks the host name as part of the chain (RFC 6125: the
+    // subjectAltName entries when there are any, the common name only when
+    // there are none; IP hosts against IP entries). httplib's own check,
+    // which falls back to the common name, then runs on a verified name.
+    if (SSL_CTX* context = http.ssl_context()) {
+      X509_VERIFY_PARAM* param = SSL_CTX_get0_param(context);
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (X509_VERIFY_PARAM_set1_ip_asc(param, impl_->host.c_str()) != 1) {
+        ERR_clear_error();
+        X509_VERIFY_PARAM_set1_host(param, impl_->host.c_str(), impl_->host.size());
+      }
+    }
+  }
   const int64_t connect = Millis(options_.connect_timeout_ms);
   const int64_t write = Millis(options_.write_timeout_ms);
   http.set_connection_timeout(connect / 1000, (connect % 1000) * 1000);
@@ -159,15 +314,10 @@ void Client::Interrupt() { impl_->http.stop(); }
 
 Result<Response> Client::Send(const Request& request) {
   auto& http = impl_->http;
-  const std::string& url = options_.base_url;
-  const size_t scheme_end = url.find("://");
-  const std::string scheme =
-      scheme_end == std::string::npos ? "" : Lower(url.substr(0, scheme_end));
-  const bool well_formed = (scheme == "http" || scheme == "https") && url.size() > scheme_end + 3 &&
-                           url.find('/', scheme_end + 3) == std::string::npos;
-  if (!well_formed || !http.is_valid()) {
+  if (!impl_->usable.ok()) return impl_->usable;
+  if (!http.is_valid()) {
     return Status::Invalid("bad server URL '" + options_.base_url +
-                           "' (expected http://host:port)");
+                           "' (expected http://host:port or https://host:port)");
   }
   const int64_t read =
       Millis(options_.read_timeout_ms + std::max<int64_t>(0, request.extra_read_timeout_ms));
@@ -187,10 +337,12 @@ Result<Response> Client::Send(const Request& request) {
     req.headers.emplace("Content-Type", "application/json");
   }
 
+  std::optional<ScopedSigpipeBlock> no_sigpipe;
+  if (impl_->https) no_sigpipe.emplace();
   httplib::Result result = http.send(req);
   if (!result) {
-    return Status::IOError("cannot reach " + options_.base_url + " (" + request.method + " " +
-                           request.path + "): " + httplib::to_string(result.error()));
+    return Status::IOError(
+        impl_->DescribeFailure(result.error(), options_, request.method + " " + request.path));
   }
   Response response;
   response.status = result->status;

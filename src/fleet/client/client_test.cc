@@ -152,6 +152,54 @@ TEST(Client, ReportsUnreachableServersAndBadUrls) {
   EXPECT_NE(bad_result.status().message().find("bad server URL"), std::string::npos);
 }
 
+TEST(CheckClientOptions, ChecksTheUrlAndTheCaFile) {
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  EXPECT_TRUE(CheckClientOptions({.base_url = "http://127.0.0.1:8700"}).ok());
+  EXPECT_TRUE(CheckClientOptions({.base_url = "https://ctl.example.com"}).ok());
+  EXPECT_TRUE(CheckClientOptions({.base_url = "https://[::1]:8700"}).ok());
+  EXPECT_TRUE(CheckClientOptions({.base_url = "https://ctl:8700/"}).ok());  // a trailing slash
+  for (const char* bad : {"ftp://host", "https://", "https://host/v1", "127.0.0.1:8700",
+                          "https://[::1"}) {
+    Status status = CheckClientOptions({.base_url = bad});
+    EXPECT_EQ(status.code(), StatusCode::kInvalid) << bad;
+    EXPECT_NE(status.message().find("bad server URL"), std::string::npos) << bad;
+  }
+
+  // A CA file matters for https only.
+  const std::string missing = dir / "missing.pem";
+  EXPECT_TRUE(CheckClientOptions({.base_url = "http://h:1", .ca_file = missing}).ok());
+  EXPECT_EQ(CheckClientOptions({.base_url = "https://h:1", .ca_file = missing}).message(),
+            "cannot read CA file " + missing + ": No such file or directory");
+  const std::string junk = dir.Write("junk.pem", "-----BEGIN NOTHING-----\n");
+  EXPECT_NE(CheckClientOptions({.base_url = "https://h:1", .ca_file = junk})
+                .message()
+                .find("holds no PEM certificate"),
+            std::string::npos);
+
+  // Send refuses the same way, before connecting.
+  Client client({.base_url = "https://127.0.0.1:1", .ca_file = junk});
+  auto result = client.Get("/healthz");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalid);
+  EXPECT_NE(result.status().message().find("holds no PEM certificate"), std::string::npos);
+}
+
+TEST(Client, HttpsToAPlainServerFailsTheHandshake) {
+  TestServer test;
+  test.server().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  const std::string url = test.url();
+  Client client({.base_url = "https://" + url.substr(url.find("://") + 3)});
+  auto result = client.Get("/healthz");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kIOError);
+  EXPECT_NE(result.status().message().find("TLS handshake with https://127.0.0.1:"),
+            std::string::npos)
+      << result.status().message();
+}
+
 TEST(Client, InterruptAbortsALongRequest) {
   TestServer test;
   std::atomic<bool> release{false};

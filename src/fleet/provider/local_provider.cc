@@ -386,6 +386,7 @@ class LocalProvider final : public Provider {
                                      std::string("spot=") + (node.pool.spot ? "true" : "false"),
                                      "--label",
                                      "provider=local"};
+    if (!options_.ca_file.empty()) args.insert(args.end(), {"--ca-file", options_.ca_file});
     if (shape.gpus > 0) {
       std::string gpus = std::to_string(shape.gpus) + "x" + shape.gpu_model;
       if (shape.gpu_memory_mb > 0) gpus += ":" + std::to_string(shape.gpu_memory_mb);
@@ -490,6 +491,8 @@ Result<LocalProviderOptions> LocalProviderOptionsFromConfig(const sched::Provide
       base.server_url = value;
     } else if (key == "agent_token_file") {
       base.agent_token_file = value;
+    } else if (key == "ca_file") {
+      base.ca_file = value;
     } else if (key == "work_dir") {
       base.work_dir = value;
     } else if (key == "name_prefix") {
@@ -504,7 +507,7 @@ Result<LocalProviderOptions> LocalProviderOptionsFromConfig(const sched::Provide
       status = Status::Invalid(
           "params." + key +
           ": unknown setting of the local provider (expected ferry_binary, server_url, "
-          "agent_token_file, work_dir, name_prefix, seed, fail_next_provisions or "
+          "agent_token_file, ca_file, work_dir, name_prefix, seed, fail_next_provisions or "
           "stop_timeout_s)");
     }
     if (!status.ok()) return status.WithPrefix(prefix);

@@ -394,6 +394,7 @@ TEST(LocalProviderOptions, FromConfigParams) {
   config.params = {{"ferry_binary", "/usr/bin/ferry"},
                    {"server_url", "http://127.0.0.1:1"},
                    {"agent_token_file", "/tmp/t"},
+                   {"ca_file", "/tmp/ca.pem"},
                    {"work_dir", "/tmp/w"},
                    {"name_prefix", "lab"},
                    {"seed", "99"},
@@ -404,6 +405,7 @@ TEST(LocalProviderOptions, FromConfigParams) {
   EXPECT_EQ(options.ferry_binary, "/usr/bin/ferry");
   EXPECT_EQ(options.server_url, "http://127.0.0.1:1");
   EXPECT_EQ(options.agent_token_file, "/tmp/t");
+  EXPECT_EQ(options.ca_file, "/tmp/ca.pem");
   EXPECT_EQ(options.work_dir, "/tmp/w");
   EXPECT_EQ(options.name_prefix, "lab");
   EXPECT_EQ(options.seed, 99u);
