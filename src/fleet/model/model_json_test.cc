@@ -165,6 +165,47 @@ TEST(ModelJson, JobResourceShape) {
   EXPECT_EQ(ToJson(job, false).count("attempts"), 0u);
 }
 
+TEST(Utf8CodePoints, CountsCharactersAndRefusesMalformedText) {
+  EXPECT_EQ(Utf8CodePoints(""), 0u);
+  EXPECT_EQ(Utf8CodePoints("abc"), 3u);
+  EXPECT_EQ(Utf8CodePoints("\xc3\xa9"), 1u);          // é
+  EXPECT_EQ(Utf8CodePoints("\xe2\x82\xac"), 1u);      // €
+  EXPECT_EQ(Utf8CodePoints("\xf0\x9f\x9a\x80"), 1u);  // U+1F680
+  EXPECT_EQ(Utf8CodePoints("\xf4\x8f\xbf\xbf"), 1u);  // U+10FFFF, the last
+  EXPECT_FALSE(Utf8CodePoints("\xff").has_value());
+  EXPECT_FALSE(Utf8CodePoints("\x80").has_value());               // a lone continuation
+  EXPECT_FALSE(Utf8CodePoints("\xc3").has_value());               // cut short
+  EXPECT_FALSE(Utf8CodePoints("\xc3\x28").has_value());           // not a continuation
+  EXPECT_FALSE(Utf8CodePoints("\xc0\xaf").has_value());           // overlong
+  EXPECT_FALSE(Utf8CodePoints("\xe0\x80\xaf").has_value());       // overlong
+  EXPECT_FALSE(Utf8CodePoints("\xed\xa0\x80").has_value());       // surrogate U+D800
+  EXPECT_FALSE(Utf8CodePoints("\xf4\x90\x80\x80").has_value());   // past U+10FFFF
+}
+
+TEST(JobSpecJson, LengthsCountCodePoints) {
+  std::string e128, e129;
+  for (int i = 0; i < 128; ++i) e128 += "\xc3\xa9";
+  e129 = e128 + "\xc3\xa9";
+  std::vector<FieldError> errors;
+  nlohmann::json body = {{"name", e128}, {"command", {"true"}}, {"env", {{e128, "v"}}},
+                         {"labels", {{"k", e128}}}, {"datasets", {e128}}};
+  EXPECT_TRUE(ParseJobSpec(body, &errors).ok()) << errors.front().detail;
+  body["name"] = e129;
+  body["env"] = {{e129, "v"}};
+  body["datasets"] = {e129};
+  EXPECT_FALSE(ParseJobSpec(body, &errors).ok());
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(errors[0].field, "name");
+  EXPECT_EQ(errors[0].detail, "must have between 1 and 128 characters");
+  EXPECT_EQ(errors[1].field, "env." + e129);
+  EXPECT_EQ(errors[2].field, "datasets[0]");
+  // Built in C++ (not parsed from a body): bytes that are not UTF-8 are named.
+  nlohmann::json bad = {{"name", "\xff"}, {"command", {"true"}}};
+  EXPECT_FALSE(ParseJobSpec(bad, &errors).ok());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].detail, "must be valid UTF-8");
+}
+
 TEST(ModelNames, StatesAndRolesRoundTrip) {
   for (JobState state : {JobState::kPending, JobState::kAdmitted, JobState::kRunning,
                          JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
