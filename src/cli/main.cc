@@ -2,8 +2,9 @@
 //   ferry run FILE [--name N] [--log-dir D] [--summary-json F] [--allow-cycles]
 //   ferry check FILE [--allow-cycles]
 //   ferry stop RUN_ID [--timeout S]
+//   ferry ps [--json]        (alias: ferry list; the dataflows running here)
 //   ferry runtime            (started by `ferry run` for runtime nodes)
-//   ferry version
+//   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
 //                            (the fleet: docs/fleet-cli.md)
 //   ferry sim --config F --trace F|--synthetic F ... (the fleet simulator: docs/fleet-sim.md)
@@ -95,6 +96,50 @@ ferry::Result<Dataflow> Load(const std::string& file, bool allow_cycles) {
   return ferry::flow::ParseDataflow(file, options);
 }
 
+// `ferry ps`: one row per running dataflow.
+int ListRuns(bool as_json) {
+  auto runs = ferry::flow::daemon::ListDataflows(std::chrono::seconds(2));
+  if (!runs.ok()) return Fail(runs.status().message());
+  if (as_json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& run : *runs) {
+      out.push_back(run.description.is_null()
+                        ? nlohmann::json{{"dataflow", run.run_id}, {"phase", "unknown"}}
+                        : run.description);
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (runs->empty()) {
+    std::cout << "no dataflows running\n";
+    return 0;
+  }
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  std::vector<std::vector<std::string>> rows = {{"RUN", "PHASE", "AGE", "NODES", "FILE"}};
+  for (const auto& run : *runs) {
+    const nlohmann::json& d = run.description;
+    if (d.is_null()) {
+      rows.push_back({run.run_id, "unknown (no answer)", "-", "-", "-"});
+      continue;
+    }
+    int running = 0, total = 0, restarts = 0;
+    for (const auto& node : d.value("nodes", nlohmann::json::array())) {
+      ++total;
+      running += node.value("state", "") == "running";
+      restarts += node.value("restarts", 0);
+    }
+    std::string nodes = std::to_string(running) + "/" + std::to_string(total) + " running";
+    if (restarts > 0) nodes += ", " + std::to_string(restarts) + " restarts";
+    rows.push_back({run.run_id, d.value("phase", "?"),
+                    ferry::cli::FormatAge(d.value("started_unix_ms", int64_t{0}), now_ms), nodes,
+                    d.value("file", "")});
+  }
+  std::cout << ferry::cli::FormatTable(rows);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,9 +148,13 @@ int main(int argc, char** argv) {
     return ferry::flow::RunOperatorRuntime(argc - 1, argv + 1);
   }
 
-  CLI::App app{"Ferry: zero-copy dataflows of Arrow data", "ferry"};
+  CLI::App app{
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop) and a GPU job platform "
+      "(server, agent, submit, jobs, ...)",
+      "ferry"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
+  app.set_version_flag("--version", std::string("ferry ") + FERRY_VERSION);
 
   std::string file;
   bool allow_cycles = false;
@@ -136,6 +185,11 @@ int main(int argc, char** argv) {
   stop->add_option("--timeout", stop_timeout_s,
                    "Seconds to wait for the dataflow to end (0: do not wait; default 60)")
       ->check(CLI::Range(0.0, 86400.0));
+
+  bool ps_json = false;
+  CLI::App* ps = app.add_subcommand("ps", "List the dataflows running on this machine");
+  ps->alias("list");
+  ps->add_flag("--json", ps_json, "Print the daemons' descriptions as JSON");
 
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
@@ -180,6 +234,7 @@ int main(int argc, char** argv) {
     PrintGraph(file, *dataflow);
     return 0;
   }
+  if (ps->parsed()) return ListRuns(ps_json);
   if (stop->parsed()) {
     auto status = ferry::flow::daemon::StopDataflow(
         run_id, std::chrono::milliseconds(static_cast<int64_t>(stop_timeout_s * 1000)));

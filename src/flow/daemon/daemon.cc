@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -218,7 +220,13 @@ class Daemon {
   int next_peer_ = 0;
   std::vector<std::unique_ptr<Stream>> streams_;
 
+  // What `ferry ps` shows of this run ({"type": "dataflow", ...}).
+  nlohmann::json Describe() const;
+
   TimePoint begin_ = Clock::now();
+  int64_t begin_unix_ms_ = std::chrono::duration_cast<Millis>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
   TimePoint start_deadline_ = kNever;
   bool started_ = false;
   uint64_t sequence_ = 0;
@@ -524,6 +532,11 @@ void Daemon::HandleMessage(int key, const nlohmann::json& message) {
   if (peer.node < 0) {
     if (type == "hello") {
       HandleHello(key, message);
+    } else if (type == "describe_dataflow") {
+      peer.client = true;
+      peer.identify_deadline = kNever;
+      Status replied = peer.connection.Send(Describe());
+      (void)replied;  // a `ferry ps` that went away needs no answer
     } else if (type == "stop_dataflow") {
       peer.client = true;
       peer.identify_deadline = kNever;
@@ -905,6 +918,69 @@ RunSummary Daemon::BuildSummary() {
 Result<RunSummary> RunDataflow(const Dataflow& dataflow, const DaemonOptions& options) {
   Daemon daemon(dataflow, options);
   return daemon.Run();
+}
+
+nlohmann::json Daemon::Describe() const {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeState& node : nodes_) {
+    std::string state = "starting";
+    if (node.finished) {
+      state = node.summary.failed ? "failed" : "finished";
+    } else if (node.restart_pending) {
+      state = "restarting";
+    } else if (node.running) {
+      state = started_ ? "running" : (node.ready ? "ready" : "starting");
+    }
+    nodes.push_back({{"id", node.spec->id},
+                     {"state", state},
+                     {"pid", node.running ? node.pid : -1},
+                     {"restarts", node.summary.restarts}});
+  }
+  return {{"type", "dataflow"},
+          {"dataflow", plan_.run_id},
+          {"file", dataflow_.path},
+          {"daemon_pid", static_cast<int64_t>(::getpid())},
+          {"started_unix_ms", begin_unix_ms_},
+          {"phase", stopping_ ? "stopping" : (started_ ? "running" : "starting")},
+          {"nodes", std::move(nodes)}};
+}
+
+Result<std::vector<RunningDataflow>> ListDataflows(std::chrono::milliseconds wait) {
+  // Daemons listen on abstract unix sockets named DaemonSocketName(run id);
+  // the kernel lists them, with an '@' for the leading NUL byte.
+  std::ifstream table("/proc/net/unix");
+  if (!table) return Status::IOError("cannot read /proc/net/unix");
+  const std::string prefix = "@" + protocol::DaemonSocketName("");
+  std::set<std::string> run_ids;
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    const size_t at = line.find(prefix);
+    if (at == std::string::npos) continue;
+    // Columns: Num RefCount Protocol Flags Type St Inode Path; a listening
+    // socket has __SO_ACCEPTCON (0x10000) in Flags.
+    std::istringstream fields(line.substr(0, at));
+    std::string num, refs, protocol_field, flags;
+    fields >> num >> refs >> protocol_field >> flags;
+    if ((std::strtoul(flags.c_str(), nullptr, 16) & 0x10000UL) == 0) continue;
+    const std::string run_id = line.substr(at + prefix.size());
+    if (CheckRunName(run_id).ok()) run_ids.insert(run_id);
+  }
+  std::vector<RunningDataflow> runs;
+  for (const std::string& run_id : run_ids) {
+    RunningDataflow run;
+    run.run_id = run_id;
+    auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
+    if (!connection.ok()) continue;  // ended between the listing and now
+    if (connection->Send({{"type", "describe_dataflow"}}).ok()) {
+      auto reply = connection->Receive(wait);
+      if (reply.ok() && reply->has_value() && (**reply).value("type", "") == "dataflow") {
+        run.description = **reply;
+      }
+    }
+    runs.push_back(std::move(run));
+  }
+  return runs;
 }
 
 Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait) {

@@ -31,6 +31,9 @@
 #include <chrono>
 #include <iosfwd>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ferry/exchange/status.h"
 #include "ferry/flow/dataflow.h"
@@ -72,5 +75,19 @@ Result<RunSummary> RunDataflow(const Dataflow& dataflow, const DaemonOptions& op
 // for the run to end (TimedOut after that; zero: do not wait). IOError when no
 // such run is reachable.
 Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait);
+
+// A dataflow whose daemon runs on this machine (for `ferry ps`).
+struct RunningDataflow {
+  std::string run_id;
+  // The daemon's answer: {"dataflow", "file", "daemon_pid", "started_unix_ms",
+  // "phase", "nodes": [{"id", "state", "pid", "restarts"}]}; null when it did
+  // not answer within the wait (a busy or older daemon).
+  nlohmann::json description;
+};
+
+// The dataflows running on this machine, found through their daemons'
+// sockets, in run id order; each daemon is asked to describe its run and
+// given `wait` to answer. IOError when the socket table cannot be read.
+Result<std::vector<RunningDataflow>> ListDataflows(std::chrono::milliseconds wait);
 
 }  // namespace ferry::flow::daemon
