@@ -890,8 +890,21 @@ PYBIND11_MODULE(_ferry, m) {
         },
         py::arg("batch"), py::arg("device_type"), py::arg("device_id") = 0,
         "Copies a batch to a device (counted in telemetry), e.g. to_device(b, 'opencl', 0).");
-  m.def("devices", [] { return device::DeviceRegistry::Global().Describe(); },
-        "One line per Arrow device type: present devices or why they are absent.");
+  m.def("_devices",
+        [] {
+          py::list out;
+          for (const auto& entry : device::DeviceRegistry::Global().List()) {
+            py::dict row;
+            row["type"] = std::string(device::DeviceTypeName(entry.type));
+            row["id"] = entry.id;
+            row["name"] = entry.name;
+            row["present"] = entry.present;
+            row["reason"] = entry.reason;
+            out.append(row);
+          }
+          return out;
+        },
+        "One dict per present device and one per device type without any (ferry.devices() wraps it).");
   m.def("telemetry",
         [] {
           py::dict out;

@@ -164,25 +164,41 @@ std::vector<Device*> DeviceRegistry::Present() {
   return out;
 }
 
-std::string DeviceRegistry::Describe() {
+std::vector<DeviceRegistry::Entry> DeviceRegistry::List() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::ostringstream text;
+  std::vector<Entry> entries;
   for (DeviceType type : AllDeviceTypes()) {
-    text << DeviceTypeName(type) << ": ";
-    bool first = true;
+    bool any = false;
     for (const auto& device : devices_) {
       if (device->type() != type) continue;
-      text << (first ? "" : ", ") << device->name() << " (id " << device->id() << ")";
-      first = false;
+      entries.push_back({type, device->id(), device->name(), true, ""});
+      any = true;
     }
-    if (first) {
+    if (!any) {
       std::string reason = "no backend in this build";
       for (const auto& [absent_type, why] : absent_) {
         if (absent_type == type) reason = why;
       }
-      text << "absent (" << reason << ")";
+      entries.push_back({type, -1, "", false, reason});
     }
-    text << '\n';
+  }
+  return entries;
+}
+
+std::string DeviceRegistry::Describe() {
+  std::ostringstream text;
+  const std::vector<Entry> entries = List();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& entry = entries[i];
+    const bool first_of_type = i == 0 || entries[i - 1].type != entry.type;
+    const bool last_of_type = i + 1 == entries.size() || entries[i + 1].type != entry.type;
+    if (first_of_type) text << DeviceTypeName(entry.type) << ": ";
+    if (entry.present) {
+      text << (first_of_type ? "" : ", ") << entry.name << " (id " << entry.id << ")";
+    } else {
+      text << "absent (" << entry.reason << ")";
+    }
+    if (last_of_type) text << '\n';
   }
   return text.str();
 }

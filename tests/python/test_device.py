@@ -8,14 +8,34 @@ import ferry
 
 
 def _has_opencl():
-    return "opencl: absent" not in ferry.devices()
+    return bool(ferry.devices().present("opencl"))
+
+
+SPEC_TYPES = ("cpu", "cuda", "cuda_host", "opencl", "vulkan", "metal", "rocm", "oneapi",
+              "webgpu", "hexagon", "cuda_managed", "ext_dev", "vpi", "rocm_host")
 
 
 def test_devices_lists_every_spec_type():
-    text = ferry.devices()
-    for name in ("cpu", "cuda", "cuda_host", "opencl", "vulkan", "metal", "rocm", "oneapi",
-                 "webgpu", "hexagon", "cuda_managed", "ext_dev", "vpi", "rocm_host"):
-        assert f"{name}: " in text
+    devices = ferry.devices()
+    assert isinstance(devices, list)
+    assert {d["type"] for d in devices} == set(SPEC_TYPES)
+    for device in devices:
+        assert set(device) == {"type", "id", "name", "present", "reason"}
+        if device["present"]:
+            assert device["name"] and device["reason"] == ""
+        else:
+            assert device["id"] == -1 and device["name"] == "" and device["reason"]
+    # The host is always there.
+    cpus = devices.present("cpu")
+    assert len(cpus) == 1 and cpus[0]["present"]
+    # Printing reads as one line per type, as it did before it was a list.
+    text = str(devices)
+    for name in SPEC_TYPES:
+        assert sum(line.startswith(f"{name}: ") for line in text.splitlines()) == 1
+    assert repr(devices) == text
+    cuda = next(d for d in devices if d["type"] == "cuda")
+    if not cuda["present"]:
+        assert f'cuda: absent ({cuda["reason"]})' in text
 
 
 def test_pyarrow_consumes_ferry_cpu_device_array():

@@ -204,6 +204,16 @@ class DeviceRegistry {
   Device* cpu();
   // Devices present now.
   std::vector<Device*> Present();
+  // One entry per present device, then one per device type with none present
+  // (id -1, `present` false, `reason` saying why), in device type order.
+  struct Entry {
+    DeviceType type;
+    int64_t id = -1;
+    std::string name;  // the device's name; "" when absent
+    bool present = false;
+    std::string reason;  // why the type is absent; "" when present
+  };
+  std::vector<Entry> List();
   // One line per device type: present devices, or the reason for absence.
   std::string Describe();
   // Adds or replaces a device (tests use this to install fault injectors).
