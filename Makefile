@@ -30,6 +30,7 @@ run: build
 	@echo
 	@cd examples/python-cpp-python && FERRY_PYTHON=$(PY) $(CURDIR)/build/release/bin/ferry run \
 	  --log-dir $(CURDIR)/build/logs dataflow.yml
+	@cat examples/python-cpp-python/summary-legend.txt
 	@echo
 	@scripts/fleet-demo
 
