@@ -247,11 +247,12 @@ struct Client::Impl {
     switch (error) {
       case httplib::Error::SSLServerVerification: {
         const long verify = http.get_openssl_verify_result();
-        const bool name_mismatch = verify == X509_V_ERR_HOSTNAME_MISMATCH ||
-                                   verify == X509_V_ERR_IP_ADDRESS_MISMATCH;
+        const bool name_mismatch =
+            verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH;
         if (verify != X509_V_OK && !name_mismatch) {
-          return "TLS certificate verification failed for " + url + " (" + what + "): " +
-                 X509_verify_cert_error_string(verify) + " (checked against " + trusted + ")";
+          return "TLS certificate verification failed for " + url + " (" + what +
+                 "): " + X509_verify_cert_error_string(verify) + " (checked against " + trusted +
+                 ")";
         }
         return "TLS certificate verification failed for " + url + " (" + what +
                "): the server's certificate does not match host '" + host +

@@ -159,8 +159,8 @@ TEST(CheckClientOptions, ChecksTheUrlAndTheCaFile) {
   EXPECT_TRUE(CheckClientOptions({.base_url = "https://ctl.example.com"}).ok());
   EXPECT_TRUE(CheckClientOptions({.base_url = "https://[::1]:8700"}).ok());
   EXPECT_TRUE(CheckClientOptions({.base_url = "https://ctl:8700/"}).ok());  // a trailing slash
-  for (const char* bad : {"ftp://host", "https://", "https://host/v1", "127.0.0.1:8700",
-                          "https://[::1"}) {
+  for (const char* bad :
+       {"ftp://host", "https://", "https://host/v1", "127.0.0.1:8700", "https://[::1"}) {
     Status status = CheckClientOptions({.base_url = bad});
     EXPECT_EQ(status.code(), StatusCode::kInvalid) << bad;
     EXPECT_NE(status.message().find("bad server URL"), std::string::npos) << bad;

@@ -89,7 +89,8 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
   std::string warning;
   ERR_clear_error();
   auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
-    SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+    SSL_CTX_set_options(&ctx,
+                        SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
     if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1) {
       error = "cannot require TLS 1.2: " + OpenSslErrors();
       return false;
@@ -99,8 +100,8 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
               " (expected PEM, the server's certificate first): " + OpenSslErrors();
       return false;
     }
-    const std::string mismatch = "the TLS private key in " + key_file +
-                                 " does not match the certificate in " + cert_file;
+    const std::string mismatch =
+        "the TLS private key in " + key_file + " does not match the certificate in " + cert_file;
     if (SSL_CTX_use_PrivateKey_file(&ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
       // Loading checks the key against the certificate already.
       const unsigned long last = ERR_peek_last_error();

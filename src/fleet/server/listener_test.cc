@@ -75,9 +75,9 @@ TEST(CheckTlsOptions, WantsBothFilesAndReadableOnes) {
             std::string::npos);
 
   options.tls_cert_file = dir / "missing.pem";
-  EXPECT_EQ(CheckTlsOptions(options).message(),
-            "server: cannot read TLS certificate file " + (dir / "missing.pem") +
-                ": No such file or directory");
+  EXPECT_EQ(CheckTlsOptions(options).message(), "server: cannot read TLS certificate file " +
+                                                    (dir / "missing.pem") +
+                                                    ": No such file or directory");
   options.tls_cert_file = dir.path();
   EXPECT_NE(CheckTlsOptions(options).message().find("is a directory"), std::string::npos);
 
@@ -101,9 +101,9 @@ TEST(MakeListener, RefusesFilesThatAreNotPemOrDoNotMatch) {
   options.tls_key_file = dir / "a.key";
   auto junk = MakeListener(options);
   ASSERT_FALSE(junk.ok());
-  EXPECT_NE(junk.status().message().find("cannot load the TLS certificate from " +
-                                         options.tls_cert_file),
-            std::string::npos)
+  EXPECT_NE(
+      junk.status().message().find("cannot load the TLS certificate from " + options.tls_cert_file),
+      std::string::npos)
       << junk.status().message();
 
   options.tls_cert_file = dir / "a.pem";
@@ -193,8 +193,7 @@ TEST(MakeListener, ServesHttpsThatTheClientVerifies) {
   Client by_name(Https("https://localhost:" + port, dir / "server.pem"));
   auto mismatch = by_name.Get("/hello");
   ASSERT_FALSE(mismatch.ok());
-  EXPECT_NE(mismatch.status().message().find("does not match host 'localhost'"),
-            std::string::npos)
+  EXPECT_NE(mismatch.status().message().find("does not match host 'localhost'"), std::string::npos)
       << mismatch.status().message();
 
   Client plain(Https("http://127.0.0.1:" + port));
