@@ -123,7 +123,11 @@ TEST(DefaultJobName, SkipsInterpretersAndLaunchers) {
   EXPECT_EQ(NameOf("timeout 3600 nice -n 10 python long.py"), "long");
   EXPECT_EQ(NameOf("conda run -n ml python fit.py"), "fit");
   // A shell's -c is a command line: named by its first command.
-  EXPECT_EQ(DefaultJobName({"bash", "-c", "cd /data && python prep.py"}, ""), "cd");
+  EXPECT_EQ(DefaultJobName({"bash", "-c", "cd /data && python prep.py"}, ""), "prep");
+  EXPECT_EQ(DefaultJobName({"sh", "-c", "export A=1; source env.sh; ./run.sh | tee log"}, ""),
+            "run");
+  EXPECT_EQ(DefaultJobName({"sh", "-c", "cd /data"}, ""), "cd");
+  EXPECT_EQ(DefaultJobName({"sh", "-c", ""}, ""), "sh");
   EXPECT_EQ(DefaultJobName({"bash", "-lc", "python prep.py --fast"}, ""), "prep");
   // Plain programs keep their base name without extension.
   EXPECT_EQ(NameOf("./a.out"), "a");

@@ -12,17 +12,17 @@ namespace {
 
 // How a launcher's own options are read before the word it runs.
 struct Launcher {
-  std::string_view name;        // base name of the program
-  std::string_view subcommand;  // "run" for `uv run`; empty when none
-  std::set<std::string_view> value_flags;    // take the next word as their value
-  std::set<std::string_view> boolean_flags;  // take no value
-  std::set<std::string_view> code_flags;     // the next word is code, not a file
-  std::set<std::string_view> module_flags;   // python -m NAME: the job is NAME
+  std::string_view name{};                     // base name of the program
+  std::string_view subcommand{};               // "run" for `uv run`; empty when none
+  std::set<std::string_view> value_flags{};    // take the next word as their value
+  std::set<std::string_view> boolean_flags{};  // take no value
+  std::set<std::string_view> code_flags{};     // the next word is code, not a file
+  std::set<std::string_view> module_flags{};   // python -m NAME: the job is NAME
   // torchrun -m: no value, but the word it runs is a module, not a file.
-  std::set<std::string_view> module_switches;
-  int positionals = 0;      // plain words it takes before the command (timeout DURATION)
-  bool guess_values = false;  // an unknown --flag takes the next word unless it looks runnable
-  bool shell = false;         // -c CODE is a command line: name it by its first command
+  std::set<std::string_view> module_switches{};
+  int positionals = 0;        // plain words it takes before the command (timeout DURATION)
+  bool guess_values = false;  // an unknown flag takes the next word unless it looks runnable
+  bool shell = false;         // -c CODE is a command line: name it by its main command
 };
 
 bool IsPythonName(std::string_view base) {
@@ -184,19 +184,43 @@ bool LooksRunnable(const std::vector<std::string>& words, size_t i) {
   return kSources.count(std::string_view(word).substr(dot + 1)) > 0;
 }
 
-std::vector<std::string> SplitWords(const std::string& text) {
-  std::vector<std::string> out;
+// A shell command line as its commands (split at ; & | and newlines), each
+// as words. Quotes are dropped, not interpreted: enough to find a name.
+std::vector<std::vector<std::string>> ShellCommands(const std::string& text) {
+  std::vector<std::vector<std::string>> out(1);
   std::string word;
+  auto end_word = [&] {
+    if (!word.empty()) out.back().push_back(std::move(word));
+    word.clear();
+  };
   for (char c : text) {
-    if (std::isspace(static_cast<unsigned char>(c)) || c == ';' || c == '&' || c == '|') {
-      if (!word.empty()) out.push_back(std::move(word));
-      word.clear();
+    if (c == ';' || c == '&' || c == '|' || c == '\n') {
+      end_word();
+      if (!out.back().empty()) out.emplace_back();
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      end_word();
     } else if (c != '"' && c != '\'') {
       word += c;
     }
   }
-  if (!word.empty()) out.push_back(std::move(word));
+  end_word();
+  if (out.back().empty()) out.pop_back();
   return out;
+}
+
+// The command of a shell line that names the job: the first one that is not
+// set-up (cd DIR && python train.py -> python train.py).
+std::vector<std::string> MainShellCommand(const std::string& code) {
+  static const std::set<std::string_view> kSetUp = {"cd",    "pushd", "popd",  "export", "source",
+                                                     ".",     "set",   "ulimit", "umask", "unset",
+                                                     "shopt", "trap",  "true",  ":"};
+  std::vector<std::vector<std::string>> commands = ShellCommands(code);
+  for (const auto& command : commands) {
+    auto first = std::find_if(command.begin(), command.end(),
+                              [](const std::string& w) { return !IsAssignment(w); });
+    if (first != command.end() && !kSetUp.count(*first)) return command;
+  }
+  return commands.empty() ? std::vector<std::string>{} : commands.front();
 }
 
 // "pkg.sub.train" -> "train".
@@ -271,7 +295,7 @@ std::string NameOfCommand(const std::vector<std::string>& words, int depth) {
         const std::string code = has_value ? word.substr(flag.size() + 1)
                                  : i + 1 < words.size() ? words[i + 1]
                                                         : std::string();
-        std::string inner = NameOfCommand(SplitWords(code), depth + 1);
+        std::string inner = NameOfCommand(MainShellCommand(code), depth + 1);
         return inner.empty() ? fallback : inner;
       }
       if (has_value || launcher->boolean_flags.count(flag)) {
