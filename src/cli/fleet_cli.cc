@@ -394,6 +394,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   app.add_option("--token-file", s.token_file,
                  "File holding the token (default $FERRY_TOKEN_FILE)")
       ->group("Fleet connection");
+  app.add_option("--ca-file", s.ca_file,
+                 "PEM CA certificates to verify an https server with (default $FERRY_CA_FILE, "
+                 "else the system's)")
+      ->group("Fleet connection");
 
   s.server_cmd = app.add_subcommand("server", "Run the fleet control plane (REST API + scheduler)");
   auto& so = s.server_options;
@@ -583,7 +587,7 @@ int FleetCommands::Run() {
 int FleetCommands::State::RunServer() {
   server_options.idempotency_ttl_ms = static_cast<int64_t>(idempotency_ttl_s * 1000);
   if (server_options.ca_file.empty() && !server_options.tls_cert_file.empty()) {
-    server_options.ca_file = GetEnv("FERRY_CA_FILE");
+    server_options.ca_file = ca_file;  // the global --ca-file, else $FERRY_CA_FILE
   }
   Status status = fleet::RunServer(server_options);
   if (!status.ok()) return ApiError(status);

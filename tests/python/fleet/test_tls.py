@@ -217,8 +217,9 @@ def test_a_job_runs_end_to_end_over_https(procs, tmp_path, pki):
     done = json.loads(status.stdout)
     assert done["state"] == "SUCCEEDED", done
     assert [p["node"] for p in done["placement"]] == ["tls-a"]
-    nodes = cli("nodes", "--server", server.url, "--ca-file", pki["ca"], "--token",
-                server.admin_token)
+    # The connection flags before the command.
+    nodes = cli("--server", server.url, "--ca-file", pki["ca"], "--token", server.admin_token,
+                "nodes")
     assert nodes.returncode == 0 and "tls-a" in nodes.stdout, nodes.stderr
 
 
