@@ -422,6 +422,14 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                    "SIGTERM to SIGKILL delay told to agents (default 10000)")
       ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
   s.server_cmd
+      ->add_option("--rendezvous-port-min", so.rendezvous_port_min,
+                   "Lowest gang MASTER_PORT (default 29500; port = min + job id mod range)")
+      ->check(CLI::Range(1, 65535));
+  s.server_cmd
+      ->add_option("--rendezvous-port-max", so.rendezvous_port_max,
+                   "Highest gang MASTER_PORT (default 30499)")
+      ->check(CLI::Range(1, 65535));
+  s.server_cmd
       ->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body (default 1 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   s.server_cmd
@@ -475,6 +483,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd
       ->add_option("--sync-wait-ms", ao.sync_wait_ms, "Long-poll wait per sync (default 2000)")
       ->check(CLI::Range(int64_t{0}, int64_t{60'000}));
+  s.agent_cmd->add_option("--advertise-host", ao.advertise_host,
+                          "Address other nodes reach this one at: a gang's MASTER_ADDR "
+                          "(default: the local address of the route to the server)");
 
   s.submit_cmd = app.add_subcommand(
       "submit", "Submit a job: ferry submit job.yaml, or ferry submit [options] -- command args");

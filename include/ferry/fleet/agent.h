@@ -31,6 +31,10 @@ struct AgentOptions {
   bool ignore_nvml = false;
   std::string work_dir = ".";      // tasks run here unless the spec says otherwise
   int64_t sync_wait_ms = 2'000;    // long-poll wait per sync
+  // The address other nodes reach this one at (a gang's MASTER_ADDR when it
+  // runs task 0 here). Empty: the local address of the route to the server,
+  // else the host name.
+  std::string advertise_host;
 };
 
 // Parses a GPU declaration: "8xH200" or "8xH200:141312" (count x model [:memory MiB]),

@@ -25,6 +25,10 @@ struct ServerOptions {
   double rate_burst = 400;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;
   int64_t stop_grace_ms = 10'000;  // SIGTERM → SIGKILL, told to agents with every stop
+  // Gang rendezvous (docs/fleet-agent.md): a job's MASTER_PORT is
+  // rendezvous_port_min + (job id mod the range's size); 1 <= min <= max <= 65535.
+  int rendezvous_port_min = 29500;
+  int rendezvous_port_max = 30499;
   int max_page_size = 500;
   int default_page_size = 50;
   // Scheduler policies, pools, quotas and providers (YAML, docs/fleet-config.md).

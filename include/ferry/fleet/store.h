@@ -135,6 +135,9 @@ struct TaskAssignment {
   std::vector<int> gpu_indices;
   std::vector<std::string> gpu_uuids;
   std::vector<std::string> gang_nodes;  // node of every task, by task index
+  // Filled in by the server as it sends the assignment (not kept in the store):
+  std::vector<std::string> gang_addresses;  // advertised address of every task's node
+  int rendezvous_port = 0;                  // the gang's MASTER_PORT; 0: none
 };
 
 struct SyncRequest {

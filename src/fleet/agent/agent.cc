@@ -1,7 +1,11 @@
 #include "ferry/fleet/agent.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <mutex>
@@ -279,7 +284,136 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   }
   strings("gpu_uuids", &assignment.gpu_uuids);
   strings("gang_nodes", &assignment.gang_nodes);
+  strings("gang_addresses", &assignment.gang_addresses);
+  if (auto it = object.find("rendezvous_port"); it != object.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 65535) {
+      return Status::Invalid("rendezvous_port must be an integer between 0 and 65535");
+    }
+    assignment.rendezvous_port = it->get<int>();
+  }
   return assignment;
+}
+
+namespace {
+
+// Where the gang's tasks run, seen from one task: the nodes in order of their
+// first task (node rank), and this task's place on its node.
+struct GangLayout {
+  std::vector<std::string> nodes;  // node names by node rank
+  std::vector<int> slots;          // tasks on each
+  int node_rank = 0;
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+
+GangLayout LayoutOf(const TaskAssignment& assignment, const NodeContext& node) {
+  GangLayout out;
+  const std::vector<std::string>& by_task = assignment.gang_nodes;
+  const size_t me = static_cast<size_t>(std::max(assignment.ref.task, 0));
+  if (me >= by_task.size()) {  // no gang list (or a short one): a gang of one node
+    out.nodes = {node.node_name};
+    out.slots = {1};
+    return out;
+  }
+  out.local_world_size = 0;
+  for (size_t task = 0; task < by_task.size(); ++task) {
+    auto it = std::find(out.nodes.begin(), out.nodes.end(), by_task[task]);
+    if (it == out.nodes.end()) {
+      out.nodes.push_back(by_task[task]);
+      out.slots.push_back(0);
+      it = out.nodes.end() - 1;
+    }
+    out.slots[static_cast<size_t>(it - out.nodes.begin())]++;
+    if (by_task[task] == by_task[me]) {
+      out.local_world_size++;
+      if (task < me) out.local_rank++;
+    }
+  }
+  out.node_rank = static_cast<int>(
+      std::find(out.nodes.begin(), out.nodes.end(), by_task[me]) - out.nodes.begin());
+  return out;
+}
+
+// The address of the node that runs `task`: what the server sent, else this
+// agent's own address for its own tasks, else the node name.
+std::string AddressOfTask(const TaskAssignment& assignment, const NodeContext& node,
+                          size_t task) {
+  if (task < assignment.gang_addresses.size() && !assignment.gang_addresses[task].empty()) {
+    return assignment.gang_addresses[task];
+  }
+  const std::string name =
+      task < assignment.gang_nodes.size() ? assignment.gang_nodes[task] : node.node_name;
+  if (name == node.node_name && !node.address.empty()) return node.address;
+  return name;
+}
+
+std::string HostfilePath(const TaskAssignment& assignment, const NodeContext& node) {
+  return node.work_dir + "/logs/" + std::to_string(assignment.ref.job_id) + "-" +
+         std::to_string(assignment.ref.attempt) + ".hosts";
+}
+
+}  // namespace
+
+std::string GangHostfile(const TaskAssignment& assignment, const NodeContext& node) {
+  const GangLayout layout = LayoutOf(assignment, node);
+  std::string text;
+  for (size_t rank = 0; rank < layout.nodes.size(); ++rank) {
+    // The address of the node's first task.
+    size_t first = 0;
+    while (first < assignment.gang_nodes.size() &&
+           assignment.gang_nodes[first] != layout.nodes[rank]) {
+      first++;
+    }
+    text += AddressOfTask(assignment, node, first) + " slots=" +
+            std::to_string(layout.slots[rank]) + "\n";
+  }
+  return text;
+}
+
+std::string LocalAddressToward(const std::string& server_url) {
+  std::string_view rest = server_url;
+  if (size_t scheme = rest.find("://"); scheme != std::string_view::npos) {
+    rest.remove_prefix(scheme + 3);
+  }
+  rest = rest.substr(0, rest.find_first_of("/?#"));
+  if (size_t at = rest.rfind('@'); at != std::string_view::npos) rest.remove_prefix(at + 1);
+  std::string host, port = server_url.rfind("https", 0) == 0 ? "443" : "80";
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return "";
+    host = std::string(rest.substr(1, close - 1));
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
+  } else {
+    const size_t colon = rest.rfind(':');
+    host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) port = rest.substr(colon + 1);
+  }
+  if (host.empty()) return "";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return "";
+  std::string out;
+  for (addrinfo* ai = found; ai != nullptr && out.empty(); ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    // Connecting a UDP socket only picks the route and the local address.
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* where = local.ss_family == AF_INET6
+                              ? static_cast<const void*>(
+                                    &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                              : static_cast<const void*>(
+                                    &reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, where, text, sizeof(text)) != nullptr) out = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return out;
 }
 
 LaunchSpec BuildLaunchSpec(const TaskAssignment& assignment, const NodeContext& node) {
@@ -308,6 +442,32 @@ LaunchSpec BuildLaunchSpec(const TaskAssignment& assignment, const NodeContext& 
   launch.env["FERRY_ATTEMPT"] = std::to_string(ref.attempt);
   launch.env["FERRY_NODE"] = node.node_name;
   launch.env["FERRY_GANG_NODES"] = gang;
+  // Rendezvous, as torchrun, jax.distributed and MPI launchers expect it: one
+  // process per task, task 0's node is the master.
+  const GangLayout layout = LayoutOf(assignment, node);
+  const int world = std::max(spec.tasks, 1);
+  const std::string master = AddressOfTask(assignment, node, 0);
+  std::string addresses;
+  for (size_t task = 0; task < assignment.gang_nodes.size(); ++task) {
+    addresses += (addresses.empty() ? "" : ",") + AddressOfTask(assignment, node, task);
+  }
+  launch.env["FERRY_GANG_ADDRESSES"] = addresses.empty() ? master : addresses;
+  launch.env["MASTER_ADDR"] = master;
+  launch.env["WORLD_SIZE"] = std::to_string(world);
+  launch.env["RANK"] = std::to_string(ref.task);
+  launch.env["LOCAL_RANK"] = std::to_string(layout.local_rank);
+  launch.env["LOCAL_WORLD_SIZE"] = std::to_string(layout.local_world_size);
+  launch.env["NODE_RANK"] = std::to_string(layout.node_rank);
+  launch.env["GROUP_RANK"] = std::to_string(layout.node_rank);
+  launch.env["JAX_NUM_PROCESSES"] = std::to_string(world);
+  launch.env["JAX_PROCESS_ID"] = std::to_string(ref.task);
+  if (assignment.rendezvous_port > 0) {
+    const std::string port = std::to_string(assignment.rendezvous_port);
+    launch.env["MASTER_PORT"] = port;
+    const bool ipv6 = master.find(':') != std::string::npos;
+    launch.env["JAX_COORDINATOR_ADDRESS"] = (ipv6 ? "[" + master + "]" : master) + ":" + port;
+  }
+  launch.env["FERRY_HOSTFILE"] = HostfilePath(assignment, node);
   launch.working_dir = spec.working_dir.empty() ? node.work_dir : spec.working_dir;
   launch.memory_limit_mb = std::max<int64_t>(spec.memory_mb_per_task, 0);
   launch.log_path = node.work_dir + "/logs/" + std::to_string(ref.job_id) + "-" +
@@ -525,6 +685,9 @@ class Agent {
   Status Prepare();
   // Registers (retrying through outages); false when stopping first.
   Result<bool> Register();
+  // Writes a gang's hostfile (replacing it whole, so tasks of one job on this
+  // node never see half of it); a failure is logged, the task still starts.
+  void WriteHostfile(const std::string& path, const std::string& text);
   void HandleSyncResponse(const json& body);
 
   AgentOptions options_;
@@ -589,6 +752,9 @@ Status Agent::Prepare() {
                            error.message());
   }
   node_.node_name = options_.node_name;
+  node_.address = options_.advertise_host;
+  if (node_.address.empty()) node_.address = agent_internal::LocalAddressToward(options_.server_url);
+  if (node_.address.empty()) node_.address = options_.node_name;
   node_.work_dir = work_dir.lexically_normal().string();
   while (node_.work_dir.size() > 1 && node_.work_dir.back() == '/') node_.work_dir.pop_back();
   node_.base_env = agent_internal::CurrentEnvironment();
@@ -621,6 +787,21 @@ Status Agent::Prepare() {
   return Status::OK();
 }
 
+void Agent::WriteHostfile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      Log("cannot write the gang hostfile " + tmp);
+      return;
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(tmp, path, error);
+  if (error) Log("cannot write the gang hostfile " + path + ": " + error.message());
+}
+
 Result<bool> Agent::Register() {
   json gpus = json::array();
   for (const auto& gpu : gpus_) {
@@ -635,6 +816,7 @@ Result<bool> Agent::Register() {
                {"cpus", options_.cpus},
                {"memory_mb", options_.memory_mb},
                {"instance", instance_},
+               {"address", node_.address},
                {"gpus", gpus}};
   auto backoff = std::chrono::milliseconds(200);
   bool reported_outage = false;
@@ -704,7 +886,10 @@ void Agent::HandleSyncResponse(const json& body) {
         pending_.push_back({report, 0, Clock::now()});
         continue;
       }
-      runner_->Start(agent_internal::BuildLaunchSpec(*assignment, node_));
+      LaunchSpec launch = agent_internal::BuildLaunchSpec(*assignment, node_);
+      WriteHostfile(launch.env["FERRY_HOSTFILE"],
+                    agent_internal::GangHostfile(*assignment, node_));
+      runner_->Start(std::move(launch));
     }
   }
 }
@@ -785,6 +970,7 @@ Status Agent::Run() {
     request.query = {{"wait_ms", std::to_string(wait_ms)}};
     request.body = json{{"node", options_.node_name},
                         {"instance", instance_},
+                        {"address", node_.address},
                         {"running", running_json},
                         {"reports", reports}};
     request.extra_read_timeout_ms = wait_ms;

@@ -27,14 +27,25 @@ struct NodeContext {
   std::string work_dir;                         // absolute
   std::string ferry_binary;                     // runs `dataflow` specs
   std::map<std::string, std::string> base_env;  // the agent's own environment
+  std::string address;  // advertised to the server; MASTER_ADDR when task 0 runs here
 };
 
 // One `start` entry of a sync response. Lenient about fields it does not use.
 Result<TaskAssignment> ParseAssignment(const nlohmann::json& json);
 
-// argv, environment (base env, then spec env, then CUDA_VISIBLE_DEVICES and
-// FERRY_*), working directory, memory limit and log path of a task.
+// argv, environment (base env, then spec env, then CUDA_VISIBLE_DEVICES,
+// FERRY_* and the rendezvous variables of PyTorch, JAX and MPI-style
+// launchers), working directory, memory limit and log path of a task.
 LaunchSpec BuildLaunchSpec(const TaskAssignment& assignment, const NodeContext& node);
+
+// The MPI-style hostfile of the task's gang: one line per node, in node-rank
+// order, "<address> slots=<tasks there>". BuildLaunchSpec names its path in
+// FERRY_HOSTFILE; the agent writes it before starting the task.
+std::string GangHostfile(const TaskAssignment& assignment, const NodeContext& node);
+
+// The local address of the route to `server_url`'s host (no packet is sent),
+// e.g. "10.0.3.7"; empty when the host cannot be resolved or routed.
+std::string LocalAddressToward(const std::string& server_url);
 
 nlohmann::json ToJson(const TaskReport& report);
 nlohmann::json ToJson(const TaskRef& ref);

@@ -122,6 +122,59 @@ TEST(Assignment, ParsesAndBuildsTheLaunch) {
   EXPECT_EQ(launch.log_path, "/work/logs/42-2-1.log");
 }
 
+TEST(Assignment, RendezvousVariablesForAGang) {
+  // Four tasks on two nodes: 0 and 2 on gpu-a (task 0's node is the master),
+  // 1 and 3 on gpu-b; this agent runs task 3.
+  nlohmann::json json = SampleAssignment();
+  json["task"] = 3;
+  json["spec"]["tasks"] = 4;
+  json["gang_nodes"] = {"gpu-a", "gpu-b", "gpu-a", "gpu-b"};
+  json["gang_addresses"] = {"10.0.0.1", "10.0.0.2", "10.0.0.1", "10.0.0.2"};
+  json["rendezvous_port"] = 29542;
+  json["spec"]["env"]["MASTER_PORT"] = "1";  // the spec cannot override it
+  ASSERT_OK_AND_ASSIGN(TaskAssignment assignment, ParseAssignment(json));
+  agent_internal::NodeContext node{"gpu-b", "/work", "/opt/ferry", {}, "10.0.0.2"};
+  LaunchSpec launch = BuildLaunchSpec(assignment, node);
+  EXPECT_EQ(launch.env["MASTER_ADDR"], "10.0.0.1");
+  EXPECT_EQ(launch.env["MASTER_PORT"], "29542");
+  EXPECT_EQ(launch.env["WORLD_SIZE"], "4");
+  EXPECT_EQ(launch.env["RANK"], "3");
+  EXPECT_EQ(launch.env["LOCAL_RANK"], "1");
+  EXPECT_EQ(launch.env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(launch.env["NODE_RANK"], "1");
+  EXPECT_EQ(launch.env["GROUP_RANK"], "1");
+  EXPECT_EQ(launch.env["JAX_COORDINATOR_ADDRESS"], "10.0.0.1:29542");
+  EXPECT_EQ(launch.env["JAX_NUM_PROCESSES"], "4");
+  EXPECT_EQ(launch.env["JAX_PROCESS_ID"], "3");
+  EXPECT_EQ(launch.env["FERRY_GANG_ADDRESSES"], "10.0.0.1,10.0.0.2,10.0.0.1,10.0.0.2");
+  EXPECT_EQ(launch.env["FERRY_HOSTFILE"], "/work/logs/42-2.hosts");
+  EXPECT_EQ(agent_internal::GangHostfile(assignment, node),
+            "10.0.0.1 slots=2\n10.0.0.2 slots=2\n");
+
+  // A server that sent no addresses: node names, and this agent's own address
+  // for its own node; an IPv6 master is bracketed for JAX.
+  json.erase("gang_addresses");
+  json["task"] = 0;
+  ASSERT_OK_AND_ASSIGN(TaskAssignment unnamed, ParseAssignment(json));
+  agent_internal::NodeContext v6{"gpu-a", "/work", "/opt/ferry", {}, "fd00::1"};
+  LaunchSpec first = BuildLaunchSpec(unnamed, v6);
+  EXPECT_EQ(first.env["MASTER_ADDR"], "fd00::1");
+  EXPECT_EQ(first.env["JAX_COORDINATOR_ADDRESS"], "[fd00::1]:29542");
+  EXPECT_EQ(first.env["FERRY_GANG_ADDRESSES"], "fd00::1,gpu-b,fd00::1,gpu-b");
+  EXPECT_EQ(first.env["LOCAL_RANK"], "0");
+  EXPECT_EQ(first.env["NODE_RANK"], "0");
+
+  json["rendezvous_port"] = 70000;
+  EXPECT_FALSE(ParseAssignment(json).ok());
+}
+
+TEST(Assignment, LocalAddressTowardTheServer) {
+  EXPECT_EQ(agent_internal::LocalAddressToward("http://127.0.0.1:8700"), "127.0.0.1");
+  EXPECT_EQ(agent_internal::LocalAddressToward("https://127.0.0.1/v1"), "127.0.0.1");
+  EXPECT_EQ(agent_internal::LocalAddressToward("http://"), "");
+  EXPECT_EQ(agent_internal::LocalAddressToward("http://no-such-host.invalid:1"), "");
+}
+
 TEST(Assignment, DataflowRunsThroughTheFerryBinary) {
   nlohmann::json json = SampleAssignment();
   json["spec"]["command"] = nlohmann::json::array();

@@ -419,7 +419,9 @@ json ToJson(const TaskAssignment& assignment) {
           {"spec", ToJson(assignment.spec)},
           {"gpu_indices", assignment.gpu_indices},
           {"gpu_uuids", assignment.gpu_uuids},
-          {"gang_nodes", assignment.gang_nodes}};
+          {"gang_nodes", assignment.gang_nodes},
+          {"gang_addresses", assignment.gang_addresses},
+          {"rendezvous_port", assignment.rendezvous_port}};
 }
 
 }  // namespace ferry::fleet

@@ -354,6 +354,33 @@ class FleetServer {
   std::map<std::string, uint64_t> node_gen_;
   uint64_t all_nodes_gen_ = 0;
 
+  // The advertised address of each node, from its last registration or sync
+  // that sent one (not stored: agents send it with every sync, so a restarted
+  // server learns it again within a sync interval).
+  std::mutex address_mu_;
+  std::map<std::string, std::string> node_addresses_;
+  void RememberAddress(const std::string& node, const std::string& address) {
+    if (address.empty()) return;
+    std::lock_guard<std::mutex> lock(address_mu_);
+    node_addresses_[node] = address;
+  }
+  // What an agent needs to rendezvous a gang: every task's node address (the
+  // node name when its agent never sent one) and the job's port.
+  void AddRendezvous(TaskAssignment* assignment) {
+    {
+      std::lock_guard<std::mutex> lock(address_mu_);
+      assignment->gang_addresses.clear();
+      for (const std::string& node : assignment->gang_nodes) {
+        auto it = node_addresses_.find(node);
+        assignment->gang_addresses.push_back(it == node_addresses_.end() ? node : it->second);
+      }
+    }
+    const int64_t span =
+        int64_t{options_.rendezvous_port_max} - options_.rendezvous_port_min + 1;
+    assignment->rendezvous_port =
+        options_.rendezvous_port_min + static_cast<int>(assignment->ref.job_id % span);
+  }
+
   std::mutex log_mu_;
   std::condition_variable log_cv_;
   uint64_t log_gen_ = 0;
@@ -1119,7 +1146,8 @@ void FleetServer::AgentRegister(Call& c) {
   std::vector<FieldError> errors;
   std::optional<NodeRegistration> registration =
       server_internal::ParseNodeRegistration(*body, &errors);
-  if (!registration) return SendValidation(c, errors);
+  std::optional<std::string> address = server_internal::ParseAdvertisedAddress(*body, &errors);
+  if (!registration || !address) return SendValidation(c, errors);
   Result<Node> node = store_->RegisterNode(*registration, NowMs(), options_.lease_ms);
   if (!node.ok()) {
     if (node.status().code() == StatusCode::kInvalid) {
@@ -1127,6 +1155,7 @@ void FleetServer::AgentRegister(Call& c) {
     }
     return SendStoreError(c, node.status());
   }
+  RememberAddress(registration->name, *address);
   // A re-registration may have requeued the old instance's jobs, and new
   // capacity may fit pending jobs: schedule now; end the old instance's poll.
   WakeNodes({registration->name});
@@ -1144,8 +1173,10 @@ void FleetServer::AgentSync(Call& c) {
   if (!body) return;
   std::vector<FieldError> errors;
   std::optional<SyncRequest> request = server_internal::ParseSyncRequest(*body, NowMs(), &errors);
-  if (!request) return SendValidation(c, errors);
+  std::optional<std::string> address = server_internal::ParseAdvertisedAddress(*body, &errors);
+  if (!request || !address) return SendValidation(c, errors);
   request->lease_ms = options_.lease_ms;
+  RememberAddress(request->node, *address);
 
   auto generation = [&] {
     std::lock_guard<std::mutex> lock(node_mu_);
@@ -1198,7 +1229,10 @@ void FleetServer::AgentSync(Call& c) {
   }
 
   json start = json::array();
-  for (const TaskAssignment& assignment : result->start) start.push_back(ToJson(assignment));
+  for (TaskAssignment& assignment : result->start) {
+    AddRendezvous(&assignment);
+    start.push_back(ToJson(assignment));
+  }
   json stop = json::array();
   for (const TaskRef& ref : result->stop) stop.push_back(server_internal::TaskRefJson(ref));
   SendJson(c, 200,
@@ -1617,6 +1651,11 @@ Status ValidateOptions(const ServerOptions& options) {
     return Status::Invalid("server: idempotency_ttl_ms must be at least 1000");
   }
   if (options.stop_grace_ms < 0) return Status::Invalid("server: stop_grace_ms must be >= 0");
+  if (options.rendezvous_port_min < 1 || options.rendezvous_port_max > 65535 ||
+      options.rendezvous_port_min > options.rendezvous_port_max) {
+    return Status::Invalid(
+        "server: need 1 <= rendezvous_port_min <= rendezvous_port_max <= 65535");
+  }
   if (options.max_page_size < 1 || options.default_page_size < 1 ||
       options.default_page_size > options.max_page_size) {
     return Status::Invalid("server: need 1 <= default_page_size <= max_page_size");

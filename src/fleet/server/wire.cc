@@ -1,5 +1,7 @@
 #include "fleet/server/wire.h"
 
+#include <algorithm>
+#include <cctype>
 #include <initializer_list>
 #include <set>
 #include <string_view>
@@ -171,7 +173,8 @@ std::optional<NodeRegistration> ParseNodeRegistration(const json& body,
   const size_t before = errors->size();
   if (!CheckObject(body, "", errors)) return std::nullopt;
   FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"name", "pool", "labels", "cpus", "memory_mb", "instance", "gpus"});
+  reader.RejectUnknown(
+      {"name", "pool", "labels", "cpus", "memory_mb", "instance", "gpus", "address"});
   NodeRegistration out;
   out.name = reader.Name("name", true).value_or("");
   out.pool = reader.Name("pool", false).value_or("default");
@@ -210,7 +213,7 @@ std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
   const size_t before = errors->size();
   if (!CheckObject(body, "", errors)) return std::nullopt;
   FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"node", "instance", "running", "reports"});
+  reader.RejectUnknown({"node", "instance", "running", "reports", "address"});
   SyncRequest out;
   out.now_ms = now_ms;
   out.node = reader.Name("node", true).value_or("");
@@ -322,6 +325,26 @@ json FieldErrorJson(const FieldError& error) {
 
 json TaskRefJson(const TaskRef& ref) {
   return {{"job_id", ref.job_id}, {"task", ref.task}, {"attempt", ref.attempt}};
+}
+
+std::optional<std::string> ParseAdvertisedAddress(const json& body,
+                                                  std::vector<FieldError>* errors) {
+  auto it = body.find("address");
+  if (it == body.end() || it->is_null()) return std::string();
+  const bool ok =
+      it->is_string() && !it->get_ref<const std::string&>().empty() &&
+      it->get_ref<const std::string&>().size() <= 253 &&
+      std::all_of(it->get_ref<const std::string&>().begin(),
+                  it->get_ref<const std::string&>().end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                           c == ':' || c == '_';
+                  });
+  if (!ok) {
+    errors->push_back({"address", "must be a host name or IP address (1 to 253 characters of "
+                                  "A-Z a-z 0-9 . - : _)"});
+    return std::nullopt;
+  }
+  return it->get<std::string>();
 }
 
 }  // namespace ferry::fleet::server_internal

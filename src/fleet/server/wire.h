@@ -40,6 +40,12 @@ struct RevokeUserRequest {
 // `now_ms` fills report times the agent left out.
 std::optional<NodeRegistration> ParseNodeRegistration(const nlohmann::json& body,
                                                       std::vector<FieldError>* errors);
+// The optional "address" of a registration or sync body (the node's
+// advertised host): "" when absent; nullopt with a field error when it is not
+// a host name or IP address.
+std::optional<std::string> ParseAdvertisedAddress(const nlohmann::json& body,
+                                                  std::vector<FieldError>* errors);
+
 std::optional<SyncRequest> ParseSyncRequest(const nlohmann::json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors);
 std::optional<AgentLogUpload> ParseAgentLogUpload(const nlohmann::json& body,
