@@ -335,6 +335,7 @@ struct FleetCommands::State {
   CLI::App* admin_user_add = nullptr;
   CLI::App* admin_user_list = nullptr;
   CLI::App* admin_user_revoke = nullptr;
+  CLI::App* admin_user_token = nullptr;
   std::string admin_list_tenant;  // empty: every tenant
   std::string admin_tenant = "default";
   std::string admin_team = "default";
@@ -379,6 +380,7 @@ struct FleetCommands::State {
   int AdminUserAdd(Client& client);
   int AdminUserList(Client& client);
   int AdminUserRevoke(Client& client);
+  int AdminUserToken(Client& client);
 };
 
 FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) {
@@ -574,6 +576,11 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.AddConnection(s.admin_user_revoke);
   s.admin_user_revoke->add_option("name", s.admin_name, "User name")->required();
   s.admin_user_revoke->add_option("--tenant", s.admin_tenant, "Tenant of the user (default default)");
+  s.admin_user_token = admin_user->add_subcommand(
+      "token", "Issue a new token for an existing user (after a revoke, or to rotate)");
+  s.AddConnection(s.admin_user_token);
+  s.admin_user_token->add_option("name", s.admin_name, "User name")->required();
+  s.admin_user_token->add_option("--tenant", s.admin_tenant, "Tenant of the user (default default)");
 }
 
 FleetCommands::~FleetCommands() = default;
@@ -589,7 +596,7 @@ int FleetCommands::Run() {
   for (CLI::App* command :
        {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd, s.nodes_cmd, s.drain_cmd,
         s.undrain_cmd, s.whoami_cmd, s.scheduler_cmd, s.admin_user_add, s.admin_user_list,
-        s.admin_user_revoke}) {
+        s.admin_user_revoke, s.admin_user_token}) {
     if (command->parsed()) return s.RunUser();
   }
   return -1;
@@ -662,6 +669,7 @@ int FleetCommands::State::RunUser() {
   if (scheduler_cmd->parsed()) return Scheduler(client);
   if (admin_user_list->parsed()) return AdminUserList(client);
   if (admin_user_revoke->parsed()) return AdminUserRevoke(client);
+  if (admin_user_token->parsed()) return AdminUserToken(client);
   return AdminUserAdd(client);
 }
 
@@ -1076,6 +1084,23 @@ int FleetCommands::State::AdminUserList(Client& client) {
                     Age(user, "created_at")});
   }
   std::cout << FormatTable(rows);
+  return kExitOk;
+}
+
+int FleetCommands::State::AdminUserToken(Client& client) {
+  auto response =
+      client.Post("/v1/admin/users:token", json{{"tenant", admin_tenant}, {"name", admin_name}});
+  if (!response.ok()) return ApiError(response.status());
+  if (json_output) {
+    PrintJson(response->body);
+    return kExitOk;
+  }
+  // As with `admin user add`: only the token on stdout.
+  std::cout << Field(response->body, "token") << "\n";
+  std::cerr << "issued a new token for " << Field(response->body, "role") << " "
+            << Field(response->body, "user") << " in " << Field(response->body, "tenant") << "/"
+            << Field(response->body, "team")
+            << "; the token is shown once, and the user's other tokens stay valid\n";
   return kExitOk;
 }
 

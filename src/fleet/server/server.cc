@@ -257,6 +257,7 @@ class FleetServer {
   void CreateUser(Call& c);
   void ListUsers(Call& c);
   void RevokeUser(Call& c);
+  void IssueToken(Call& c);
   void AgentRegister(Call& c);
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
@@ -595,6 +596,7 @@ void FleetServer::InstallRoutes() {
   AddRoute("POST", "/v1/admin/users", Access::kAdmin, bind(&FleetServer::CreateUser));
   AddRoute("GET", "/v1/admin/users", Access::kAdmin, bind(&FleetServer::ListUsers));
   AddRoute("POST", "/v1/admin/users:revoke", Access::kAdmin, bind(&FleetServer::RevokeUser));
+  AddRoute("POST", "/v1/admin/users:token", Access::kAdmin, bind(&FleetServer::IssueToken));
   AddRoute("POST", "/v1/agent/register", Access::kAgent, bind(&FleetServer::AgentRegister));
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
@@ -1137,6 +1139,33 @@ void FleetServer::RevokeUser(Call& c) {
   SendJson(c, 200,
            {{"user", UserInfoJson((*revoked)->user)},
             {"revoked_tokens", (*revoked)->revoked_tokens}});
+}
+
+void FleetServer::IssueToken(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  std::optional<json> body = ReadJsonBody(c);
+  if (!body) return;
+  std::vector<FieldError> errors;
+  std::optional<server_internal::UserRef> request =
+      server_internal::ParseRevokeUserRequest(*body, &errors);
+  if (!request) return SendValidation(c, errors);
+  Result<std::optional<Principal>> user = store_->FindUser(request->tenant, request->name);
+  if (!user.ok()) return SendStoreError(c, user.status());
+  if (!user->has_value()) {
+    return SendProblem(c, 404, "not-found",
+                       "no user '" + request->name + "' in tenant '" + request->tenant + "'");
+  }
+  Result<std::string> token = server_internal::NewToken();
+  if (!token.ok()) return SendStoreError(c, token.status());
+  Result<int64_t> added = store_->AddToken((*user)->user_id, Sha256Hex(*token),
+                                           "issued by " + c.principal.user, NowMs());
+  if (!added.ok()) return SendStoreError(c, added.status());
+  SendJson(c, 201,
+           {{"tenant", (*user)->tenant},
+            {"team", (*user)->team},
+            {"user", (*user)->user},
+            {"role", ToString((*user)->role)},
+            {"token", *token}});
 }
 
 void FleetServer::AgentRegister(Call& c) {

@@ -31,10 +31,12 @@ struct CreateUserRequest {
   Role role = Role::kUser;
 };
 
-struct RevokeUserRequest {
+// An existing user, named by tenant and name (revoke, new token).
+struct UserRef {
   std::string tenant;
   std::string name;
 };
+using RevokeUserRequest = UserRef;
 
 // Each returns nullopt and fills `errors` when the body breaks a rule.
 // `now_ms` fills report times the agent left out.

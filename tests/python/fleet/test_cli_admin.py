@@ -139,3 +139,27 @@ def test_job_names_default_to_the_script(fleet):
         named[key] = json.loads(done.stdout)["name"]
     assert named == {"train": "train", "module": "evaluate", "torchrun": "ddp",
                      "dataflow": "sensor", "explicit": "mine"}
+
+
+def test_a_revoked_user_gets_a_new_token(fleet):
+    server = fleet.server("sqlite", extra_args=["--rate", "0"])
+    old = server.create_user("ana", tenant="acme", team="ml")
+    assert ferry(server, "admin", "user", "revoke", "ana", "--tenant", "acme").returncode == 0
+    issued = ferry(server, "admin", "user", "token", "ana", "--tenant", "acme")
+    assert issued.returncode == 0, issued.stderr
+    new = issued.stdout.strip()
+    assert new.startswith("fy_") and new != old
+    assert "shown once" in issued.stderr
+    assert ferry(server, "whoami", token=new).stdout.strip() == "ana (user) in acme/ml"
+    assert server.call("GET", "/v1/whoami", token=old).status == 401  # the old one stays revoked
+    users = json.loads(ferry(server, "admin", "user", "list", "--tenant", "acme", "--json").stdout)
+    assert [u["active_tokens"] for u in users["users"] if u["name"] == "ana"] == [1]
+    # Rotation: a second token, both valid until the old one is revoked.
+    second = ferry(server, "admin", "user", "token", "ana", "--tenant", "acme").stdout.strip()
+    assert ferry(server, "whoami", token=second).returncode == 0
+    assert ferry(server, "whoami", token=new).returncode == 0
+    missing = ferry(server, "admin", "user", "token", "zed", "--tenant", "acme")
+    assert missing.returncode == 1 and "no user 'zed'" in missing.stderr, missing.stderr
+    # Only platform admins may issue tokens.
+    denied = ferry(server, "admin", "user", "token", "ana", "--tenant", "acme", token=new)
+    assert denied.returncode == 1 and "403" in denied.stderr, denied.stderr
