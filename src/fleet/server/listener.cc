@@ -1,5 +1,7 @@
 #include "fleet/server/listener.h"
 
+#include "fleet/server/raw_headers.h"
+
 #include <httplib.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -81,7 +83,7 @@ Status CheckTlsOptions(const ServerOptions& options) {
 
 Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& options) {
   FERRY_RETURN_NOT_OK(CheckTlsOptions(options));
-  if (options.tls_cert_file.empty()) return std::make_unique<httplib::Server>();
+  if (options.tls_cert_file.empty()) return MakeHeaderKeepingServer();  // raw_headers.h
 
   const std::string& cert_file = options.tls_cert_file;
   const std::string& key_file = options.tls_key_file;

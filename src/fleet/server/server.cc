@@ -38,6 +38,7 @@
 #include "ferry/fleet/sched_config.h"
 #include "ferry/fleet/store.h"
 #include "fleet/server/listener.h"
+#include "fleet/server/raw_headers.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/sched_bridge.h"
 #include "fleet/server/server_internal.h"
@@ -675,6 +676,13 @@ void FleetServer::SubmitJob(Call& c) {
   std::optional<json> body = ReadJsonBody(c);
   if (!body) return;
   std::string key;
+  // httplib drops a header line with an empty value; the listener notes it.
+  std::string empty = c.req.get_header_value(server_internal::kEmptyHeaders);
+  if (("," + empty + ",").find(",idempotency-key,") != std::string::npos) {
+    SendProblem(c, 400, "bad-request",
+                "Idempotency-Key must be 1 to 255 printable ASCII characters (it is empty)");
+    return;
+  }
   if (c.req.has_header("Idempotency-Key")) {
     key = c.req.get_header_value("Idempotency-Key");
     if (!server_internal::ValidIdempotencyKey(key)) {

@@ -4,6 +4,7 @@ reasoning (nodes that are not LOST plus cloud pools at their max_nodes), and
 length limits count Unicode code points, not bytes."""
 
 import json
+import socket
 
 import harness
 
@@ -131,3 +132,57 @@ def test_lost_nodes_do_not_count_at_submission(fleet, tmp_path):
     assert refused.status == 422, refused
     assert refused.json()["type"] == "urn:ferry:problem:unsatisfiable"
     assert server.call("POST", "/v1/jobs", job(gpus_per_task=1, gpu_models=["T4"])).status == 201
+
+
+def raw_exchange(port, requests):
+    """Sends each raw request on one kept-alive connection; returns the
+    (status, body) of each response in order."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+    replies = []
+    try:
+        stream = sock.makefile("rb")
+        for raw in requests:
+            sock.sendall(raw)
+            status = int(stream.readline().split()[1])
+            length = 0
+            while True:
+                line = stream.readline().strip()
+                if not line:
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            replies.append((status, json.loads(stream.read(length) or b"null")))
+    finally:
+        sock.close()
+    return replies
+
+
+def submission(token, key_line, name="keyed"):
+    body = json.dumps(job(name=name)).encode()
+    return (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() +
+            b"\r\nContent-Type: application/json\r\n" + key_line +
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def test_an_empty_idempotency_key_is_refused(fleet):
+    server = fleet.server("sqlite", extra_args=["--rate", "0"])
+    token = server.admin_token
+    replies = raw_exchange(server.port, [
+        submission(token, b"Idempotency-Key:\r\n"),
+        submission(token, b"Idempotency-Key: \t \r\n"),
+        submission(token, b"idempotency-key:\r\n"),
+        # The same connection goes on serving: a real key, then its replay.
+        submission(token, b"Idempotency-Key: k-1\r\n"),
+        submission(token, b"Idempotency-Key: k-1\r\n"),
+        # A client cannot fake the listener's note of empty headers.
+        submission(token, b"Ferry-Empty-Headers: idempotency-key\r\n", name="plain"),
+    ])
+    for status, problem in replies[:3]:
+        assert status == 400, problem
+        assert problem["type"] == "urn:ferry:problem:bad-request"
+        assert "Idempotency-Key" in problem["detail"]
+    assert replies[3][0] == 201 and replies[4][0] == 201
+    assert replies[3][1]["id"] == replies[4][1]["id"]
+    assert replies[5][0] == 201
+    assert sorted(j["name"] for j in server.all_jobs()) == ["keyed", "plain"]
