@@ -615,6 +615,17 @@ void Daemon::HandleHello(int key, const nlohmann::json& message) {
   peer.node = index;
   peer.identify_deadline = kNever;
   node.peer = key;
+  // Producers that finished for good before this instance could be told (a
+  // restarted consumer, or one that was still starting): its inputs from
+  // them close instead of waiting for a publisher that will never come.
+  for (const Edge& edge : plan_.edges) {
+    if (edge.consumer != node.spec->id) continue;
+    for (const NodeState& producer : nodes_) {
+      if (producer.spec->id == edge.producer && producer.finished) {
+        SendTo(index, {{"type", "input_closed"}, {"input", edge.consumer_input}});
+      }
+    }
+  }
   if (stopping_) {
     SendTo(index, {{"type", "stop"}, {"reason", stop_reason_}});
     node.kill_deadline = std::min(node.kill_deadline, Clock::now() + node.spec->stop_grace);

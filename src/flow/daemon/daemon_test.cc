@@ -412,6 +412,36 @@ TEST_F(DaemonTest, ProducerDyingBeforeTheStartIsReconnectedToItsConsumers) {
   EXPECT_EQ(Find(summary["edges"], "edge", "source/out -> sink/in")["messages"], 3);
 }
 
+TEST_F(DaemonTest, ConsumerRestartedAfterItsProducerFinishedSeesItsInputClosed) {
+  // The sink crashes at once (exit 3, no statistics); the source sends 3
+  // batches and finishes long before the restart 100 ms later. The new sink
+  // instance must not wait for a publisher that is gone: the daemon closes
+  // its input, the sink ends normally and so does the run.
+  WriteDataflow(TestNode("source", "--send 3", "    outputs: [out]\n") +
+                TestNode("sink", "--print --fail-runs 1",
+                         "    inputs:\n      in: source/out\n    restart: on-failure\n"
+                         "    max_restarts: 2\n"));
+  auto run = Start();
+  ASSERT_EQ(run->Wait(), 0) << run->out() << run->err();
+  const std::string out = run->out();
+  EXPECT_THAT(out, HasSubstr("[sink] RUN 1 pid=")) << out;
+  EXPECT_THAT(out, HasSubstr("[sink] INPUT_CLOSED in\n")) << out;
+  EXPECT_THAT(out, HasSubstr("[sink] TOTAL messages=0 rows=0 sum=0\n")) << out;
+  EXPECT_THAT(run->err(), Not(HasSubstr("Timed out")));
+  nlohmann::json summary = Summary();
+  EXPECT_EQ(summary["exit_code"], 0);
+  nlohmann::json sink = Find(summary["nodes"], "id", "sink");
+  EXPECT_EQ(sink["restarts"], 1);
+  EXPECT_EQ(sink["status"], "exit 0");
+  // The 3 messages went to the instance that crashed without reporting: lost.
+  nlohmann::json edge = Find(summary["edges"], "edge", "source/out -> sink/in");
+  EXPECT_EQ(edge["sent"], 3);
+  EXPECT_EQ(edge["received"], 0);
+  EXPECT_EQ(edge["drops"], 0);
+  EXPECT_EQ(edge["lost"], 3);
+  EXPECT_THAT(out, HasSubstr("source/out -> sink/in")) << out;
+}
+
 TEST_F(DaemonTest, RestartsRunOutAndTheRunFails) {
   WriteDataflow(TestNode("flaky", "--fail-runs 9 --fail-code 4",
                          "    restart: on-failure\n    max_restarts: 2\n"));

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
 #include <sstream>
 
 namespace ferry::flow::daemon {
@@ -123,6 +125,10 @@ Status AddNodeStats(const nlohmann::json& stats, NodeSummary* node) {
 
 void ComputeEdges(const std::vector<Edge>& edges, RunSummary* summary) {
   summary->edges.clear();
+  // How many edges each output feeds: a publisher's drop count belongs to one
+  // edge only when its output has a single consumer.
+  std::map<std::pair<std::string, std::string>, int> fan_out;
+  for (const Edge& edge : edges) ++fan_out[{edge.producer, edge.producer_output}];
   for (const Edge& edge : edges) {
     EdgeSummary result;
     result.edge = edge;
@@ -158,9 +164,21 @@ void ComputeEdges(const std::vector<Edge>& edges, RunSummary* summary) {
     }
     if (sent != nullptr) {
       result.counters.bytes_copied = sent->bytes_copied;
-      if (result.counters.drops == 0) result.counters.drops = sent->drops;
+      const bool single = fan_out[{edge.producer, edge.producer_output}] == 1;
+      if (single || received == nullptr) result.counters.drops = sent->drops;
     }
     result.reported = sent != nullptr || received != nullptr;
+    // An instance of the producer that died without reporting took its
+    // count with it: sent (and so lost) is unknown then.
+    if (sent != nullptr && producer->stats_reports >= producer->instances) {
+      result.sent = sent->messages;
+    }
+    // A consumer instance that died without reporting took its messages
+    // with it: they count as lost, so received is what the reports say.
+    result.received = received != nullptr ? received->messages : (result.reported ? 0 : -1);
+    if (result.sent >= 0) {
+      result.lost = std::max<int64_t>(result.sent - result.received - result.counters.drops, 0);
+    }
     summary->edges.push_back(std::move(result));
   }
 }
@@ -201,6 +219,13 @@ nlohmann::ordered_json RunSummary::ToJson() const {
     nlohmann::ordered_json entry;
     entry["edge"] = edge.edge.label;
     entry.update(CountersJson(edge.counters));
+    // sent = received + drops + lost (summary.h); null when an end did not report.
+    auto known = [](int64_t value) {
+      return value >= 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json();
+    };
+    entry["sent"] = known(edge.sent);
+    entry["received"] = known(edge.received);
+    entry["lost"] = known(edge.lost);
     entry["producer"] = edge.edge.producer;
     entry["output"] = edge.edge.producer_output;
     entry["consumer"] = edge.edge.consumer;
@@ -230,19 +255,24 @@ std::string RunSummary::ToText() const {
   if (!edges.empty()) {
     size_t edge_width = 4;
     for (const auto& edge : edges) edge_width = std::max(edge_width, edge.edge.label.size());
-    text << "  " << Pad("edge", edge_width + 2) << PadLeft("messages", 10) << PadLeft("bytes", 12)
-         << PadLeft("copied", 12) << PadLeft("drops", 8) << "\n";
+    text << "  " << Pad("edge", edge_width + 2) << PadLeft("sent", 8) << PadLeft("received", 10)
+         << PadLeft("bytes", 12) << PadLeft("copied", 12) << PadLeft("drops", 8)
+         << PadLeft("lost", 8) << "\n";
     for (const auto& edge : edges) {
       text << "  " << Pad(edge.edge.label, edge_width + 2);
       if (!edge.reported) {
-        text << PadLeft("-", 10) << PadLeft("-", 12) << PadLeft("-", 12) << PadLeft("-", 8)
-             << "   (no statistics)\n";
+        text << PadLeft("-", 8) << PadLeft("-", 10) << PadLeft("-", 12) << PadLeft("-", 12)
+             << PadLeft("-", 8) << PadLeft("-", 8) << "   (no statistics)\n";
         continue;
       }
-      text << PadLeft(std::to_string(edge.counters.messages), 10)
+      // Without both ends' reports, what the silent end counted is unknown.
+      auto known = [](int64_t value) { return value >= 0 ? std::to_string(value) : "-"; };
+      text << PadLeft(known(edge.sent), 8) << PadLeft(known(edge.received), 10)
            << PadLeft(HumanBytes(edge.counters.bytes), 12)
            << PadLeft(HumanBytes(edge.counters.bytes_copied), 12)
-           << PadLeft(std::to_string(edge.counters.drops), 8) << "\n";
+           << PadLeft(std::to_string(edge.counters.drops), 8) << PadLeft(known(edge.lost), 8);
+      if (edge.lost < 0) text << "   (a producer instance did not report)";
+      text << "\n";
     }
   }
   if (!log_dir.empty()) text << "  logs: " << log_dir << "\n";

@@ -49,11 +49,29 @@ struct NodeSummary {
   std::string StatusText() const;
 };
 
+// One edge's accounting. Every message the producer sent on the output is
+// meant for this edge's consumer, so it is either received, dropped or lost:
+//   sent = received + drops + lost
+// sent: what the producer's instances sent on the output. received: what the
+// consumer's instances took off their queues. drops: discarded by the queue's
+// overflow policy (the publisher's count when the output has this one
+// consumer; the consumer's sequence gaps when several share it). lost: the
+// rest: sent to a consumer instance that died or was restarted (queued in
+// its ring when it died, or published while no instance was connected), or
+// taken by an instance that died without reporting its statistics.
 struct EdgeSummary {
   Edge edge;
+  // messages: what the consumer received (the producer's sent count when the
+  // consumer did not report); bytes likewise; bytes_copied and drops as above.
   PortCounters counters;
   // False when neither end reported statistics (a crash, say).
   bool reported = false;
+  // sent and lost are -1 (unknown) unless every instance of the producer
+  // reported; received counts the consumer instances that reported (those
+  // that did not report count as lost).
+  int64_t sent = -1;
+  int64_t received = -1;
+  int64_t lost = -1;
 };
 
 struct RunSummary {
@@ -80,7 +98,8 @@ Status AddNodeStats(const nlohmann::json& stats, NodeSummary* node);
 
 // Fills `summary->edges` from the nodes' counters: messages and bytes from
 // what the consumer received (the producer's when the consumer did not
-// report), bytes copied and drops from the producer's output.
+// report), bytes copied from the producer's output, drops and lost as
+// EdgeSummary says.
 void ComputeEdges(const std::vector<Edge>& edges, RunSummary* summary);
 
 }  // namespace ferry::flow::daemon

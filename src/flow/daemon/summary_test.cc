@@ -96,6 +96,75 @@ TEST(SummaryTest, DroppedMessagesScaleTheBytes) {
   EXPECT_EQ(summary.edges[0].counters.drops, 4);
 }
 
+TEST(SummaryTest, EdgesAddUpSentReceivedDropsAndLost) {
+  RunSummary summary;
+  summary.nodes.resize(2);
+  summary.nodes[0].id = "camera";
+  summary.nodes[1].id = "sink";
+  summary.nodes[1].instances = 2;  // the first instance died without reporting
+  ASSERT_OK(AddNodeStats(ProducerStats(50, 4000, 0, 3), &summary.nodes[0]));
+  ASSERT_OK(AddNodeStats(ConsumerStats(40), &summary.nodes[1]));
+  ComputeEdges({CameraToSink()}, &summary);
+  const EdgeSummary& edge = summary.edges[0];
+  EXPECT_EQ(edge.sent, 50);
+  EXPECT_EQ(edge.received, 40);
+  EXPECT_EQ(edge.counters.drops, 3);
+  EXPECT_EQ(edge.lost, 7);
+  EXPECT_EQ(edge.sent, edge.received + edge.counters.drops + edge.lost);
+  auto json = summary.ToJson();
+  EXPECT_EQ(json["edges"][0]["sent"], 50);
+  EXPECT_EQ(json["edges"][0]["received"], 40);
+  EXPECT_EQ(json["edges"][0]["drops"], 3);
+  EXPECT_EQ(json["edges"][0]["lost"], 7);
+  const std::string text = summary.ToText();
+  EXPECT_THAT(text, HasSubstr("sent  received"));
+  EXPECT_THAT(text, HasSubstr("lost"));
+}
+
+TEST(SummaryTest, SharedOutputsTakeDropsFromEachConsumer) {
+  // camera/image feeds two sinks: the publisher's 5 drops are the two
+  // queues' together, so each edge counts the gaps its consumer saw.
+  RunSummary summary;
+  summary.nodes.resize(3);
+  summary.nodes[0].id = "camera";
+  summary.nodes[1].id = "sink";
+  summary.nodes[2].id = "other";
+  ASSERT_OK(AddNodeStats(ProducerStats(10, 800, 0, 5), &summary.nodes[0]));
+  ASSERT_OK(AddNodeStats(
+      nlohmann::json::parse(R"({"inputs":{"in":{"received":7,"dropped":3}}})"),
+      &summary.nodes[1]));
+  ASSERT_OK(AddNodeStats(
+      nlohmann::json::parse(R"({"inputs":{"in":{"received":8,"dropped":2}}})"),
+      &summary.nodes[2]));
+  Edge other = CameraToSink();
+  other.consumer = "other";
+  other.label = "camera/image -> other/in";
+  ComputeEdges({CameraToSink(), other}, &summary);
+  EXPECT_EQ(summary.edges[0].counters.drops, 3);
+  EXPECT_EQ(summary.edges[0].lost, 0);
+  EXPECT_EQ(summary.edges[1].counters.drops, 2);
+  EXPECT_EQ(summary.edges[1].lost, 0);
+}
+
+TEST(SummaryTest, UnreportedProducerInstanceLeavesSentUnknown) {
+  RunSummary summary;
+  summary.nodes.resize(2);
+  summary.nodes[0].id = "camera";
+  summary.nodes[0].instances = 2;  // one of them crashed before reporting
+  summary.nodes[1].id = "sink";
+  ASSERT_OK(AddNodeStats(ProducerStats(10, 800, 0, 0), &summary.nodes[0]));
+  ASSERT_OK(AddNodeStats(ConsumerStats(12), &summary.nodes[1]));
+  ComputeEdges({CameraToSink()}, &summary);
+  EXPECT_EQ(summary.edges[0].sent, -1);
+  EXPECT_EQ(summary.edges[0].received, 12);
+  EXPECT_EQ(summary.edges[0].lost, -1);
+  auto json = summary.ToJson();
+  EXPECT_TRUE(json["edges"][0]["sent"].is_null());
+  EXPECT_TRUE(json["edges"][0]["lost"].is_null());
+  EXPECT_EQ(json["edges"][0]["received"], 12);
+  EXPECT_THAT(summary.ToText(), HasSubstr("(a producer instance did not report)"));
+}
+
 TEST(SummaryTest, ProducerOnlyAndNoStatistics) {
   RunSummary summary;
   summary.nodes.resize(2);

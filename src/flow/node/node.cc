@@ -202,6 +202,11 @@ class NodeImpl final : public Node {
     std::atomic<int64_t> received{0};
     std::atomic<int64_t> bytes_received{0};  // payload buffers of what was received
     std::atomic<int64_t> reconnects{0};
+    // Messages skipped between two received ones of the same publisher (its
+    // queue's overflow policy dropped them); the last sequence of the
+    // current subscriber (0: none received from it yet).
+    std::atomic<int64_t> gaps{0};
+    uint64_t last_sequence = 0;
     bool is_timer() const { return timer.valid(); }
   };
   // What one slot of the poll set stands for.
@@ -353,43 +358,61 @@ Status NodeImpl::ArmTimers() {
 
 // Subscriber::Connect blocks until the producer's publisher accepts, and that
 // producer may itself be starting and waiting for us (a cycle): the inputs
-// connect on a helper thread while this thread keeps the outputs accepting.
+// connect on helper threads (one per input) while this thread keeps the
+// outputs accepting and listens to the daemon. A restarted node may have
+// inputs whose producer finished for good: the daemon says input_closed for
+// them (right after hello), and their connection attempt is abandoned.
 Status NodeImpl::ConnectInputs(const Deadline& deadline) {
-  std::vector<std::string> channels;
-  std::vector<SubscriberOptions> subscriber_options;
-  std::vector<InputState*> targets;
+  std::vector<std::pair<InputState*, std::shared_ptr<ConnectJob>>> jobs;
   for (auto& input : inputs_) {
     if (input->is_timer()) continue;
-    channels.push_back(input->config->channel);
-    subscriber_options.push_back(InputOptions(*input->config, options_, deadline.Remaining()));
-    targets.push_back(input.get());
+    jobs.emplace_back(input.get(),
+                      StartConnecting({input->config->channel},
+                                      {InputOptions(*input->config, options_, deadline.Remaining())},
+                                      wake_));
   }
-  if (channels.empty()) return Status::OK();
-  std::shared_ptr<ConnectJob> job =
-      StartConnecting(std::move(channels), std::move(subscriber_options), wake_);
+  // Takes the finished attempts; the first failure (of an input still open)
+  // ends the start.
+  auto adopt = [&]() -> Status {
+    for (auto& [input, job] : jobs) {
+      if (job == nullptr || !JobDone(*job)) continue;
+      std::shared_ptr<ConnectJob> done = std::move(job);
+      if (input->closed) continue;  // the daemon closed it meanwhile: nothing to take
+      std::lock_guard<std::mutex> lock(done->mutex);
+      Result<std::unique_ptr<Subscriber>>& result = done->results.front();
+      if (!result.ok()) return result.status().WithPrefix("input '" + input->config->id + "': ");
+      input->subscriber = result.MoveValueUnsafe();
+      (void)input->subscriber->wait_fd();  // TryReceive arms the fd from now on
+      waitset_.Add(input->subscriber.get());
+    }
+    return Status::OK();
+  };
   const Deadline hard_deadline(deadline.Remaining() + kConnectGrace);
-  while (!JobDone(*job)) {
+  for (;;) {
+    Drain(wake_->get());
+    FERRY_RETURN_NOT_OK(adopt());
+    // input_closed for an input not connected yet closes it at once (its
+    // attempt is abandoned); for a connected one, once it is drained.
+    if (daemon_.valid()) {
+      ReadDaemon();
+      if (!daemon_.valid()) return Status::IOError("the daemon hung up before start");
+    }
+    if (stop_queued_) return Status::OK();  // stopped before the start: Next says so
+    bool waiting = false;
+    for (const auto& [input, job] : jobs) {
+      if (job != nullptr && !input->closed) waiting = true;
+    }
+    if (!waiting) return Status::OK();
     if (hard_deadline.Expired()) {
       return Status::TimedOut("inputs not connected within the start-up timeout");
     }
     PumpOutputs(hard_deadline.Remaining(kSleepSlice), /*wake=*/true);
   }
-  Drain(wake_->get());
-  std::lock_guard<std::mutex> lock(job->mutex);
-  for (size_t index = 0; index < job->results.size(); ++index) {
-    InputState& input = *targets[index];
-    if (!job->results[index].ok()) {
-      return job->results[index].status().WithPrefix("input '" + input.config->id + "': ");
-    }
-    input.subscriber = job->results[index].MoveValueUnsafe();
-    (void)input.subscriber->wait_fd();  // TryReceive arms the fd from now on
-    waitset_.Add(input.subscriber.get());
-  }
-  return Status::OK();
 }
 
 // After "ready": keeps accepting subscribers until the daemon says start.
 Status NodeImpl::AwaitStart(const Deadline& deadline) {
+  if (stop_queued_) return Status::OK();  // stopped while connecting: Next says so
   for (;;) {
     for (;;) {
       Result<std::optional<nlohmann::json>> message = daemon_.Receive(std::chrono::nanoseconds(0));
@@ -592,6 +615,7 @@ void NodeImpl::AdoptReconnections() {
       input->replacement = std::move(fresh);  // after the old one's last messages
     } else {
       input->subscriber = std::move(fresh);
+      input->last_sequence = 0;
       waitset_.Add(input->subscriber.get());
       input->closed = false;
     }
@@ -604,6 +628,7 @@ void NodeImpl::AdoptReconnections() {
 void NodeImpl::InputGone(InputState& input) {
   waitset_.Remove(input.subscriber.get());
   input.subscriber.reset();
+  input.last_sequence = 0;
   if (input.replacement != nullptr) {
     input.subscriber = std::move(input.replacement);
     waitset_.Add(input.subscriber.get());
@@ -726,6 +751,11 @@ bool NodeImpl::TakeInputEvent() {
       event.value = std::move(message.batch);
       event.metadata = std::move(message.metadata);
       event.sequence = message.sequence;
+      if (input.last_sequence != 0 && message.sequence > input.last_sequence + 1) {
+        input.gaps.fetch_add(static_cast<int64_t>(message.sequence - input.last_sequence - 1),
+                             std::memory_order_relaxed);
+      }
+      input.last_sequence = message.sequence;
       input.received.fetch_add(1, std::memory_order_relaxed);
       input.bytes_received.fetch_add(BatchBytes(*event.value), std::memory_order_relaxed);
       pending_.push_back(std::move(event));
@@ -880,6 +910,7 @@ std::string NodeImpl::StatsJson() const {
     } else {
       entry["bytes_received"] = input->bytes_received.load(std::memory_order_relaxed);
       entry["reconnects"] = input->reconnects.load(std::memory_order_relaxed);
+      entry["dropped"] = input->gaps.load(std::memory_order_relaxed);
     }
     inputs[input->config->id] = std::move(entry);
   }

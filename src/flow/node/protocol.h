@@ -41,7 +41,11 @@
 // (policy never, restarts used up, or the dataflow is stopping) the daemon
 // sends input_closed to every consumer input it fed (an input that is
 // closed already ignores it) and the node emits
-// kInputClosed after whatever the producer sent. When a restarted producer
+// kInputClosed after whatever the producer sent. A node that says hello
+// after such a producer finished (a restarted consumer, or one still
+// starting) gets input_closed for those inputs right after its hello; it
+// listens to the daemon while its inputs connect, so an input whose producer
+// is gone closes at once instead of waiting for a publisher that never comes. When a restarted producer
 // says ready, the daemon sends reconnect to its consumers, waits for their
 // "reconnected" (at most kReconnectAckTimeout in the daemon, then it goes on
 // and logs a warning), and only then sends start to the producer, so the new
