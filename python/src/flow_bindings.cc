@@ -46,17 +46,10 @@ py::dict StatsDict(const flow::ChannelStats& stats) {
   return out;
 }
 
+// The same typed metadata as a node's (node.h); bytes values travel as
+// their bytes.
 Metadata MetadataFrom(const py::object& metadata) {
-  Metadata out;
-  if (metadata.is_none()) return out;
-  for (const auto& item : metadata.cast<py::dict>()) {
-    // Simple values travel as their string form (numbers, booleans, text).
-    out.emplace_back(py::str(item.first).cast<std::string>(),
-                     py::isinstance<py::bytes>(item.second)
-                         ? item.second.cast<std::string>()
-                         : py::str(item.second).cast<std::string>());
-  }
-  return out;
+  return TypedMetadataFrom(metadata, /*allow_bytes=*/true);
 }
 
 // Memory lent by a publisher: writable through the buffer protocol (numpy,
@@ -162,12 +155,9 @@ void BindFlow(py::module_& m) {
 
   py::class_<PyMessage>(flow, "Message", "A received batch (in shared memory) and its metadata.")
       .def_property_readonly("batch", [](const PyMessage& m) { return m.batch; })
-      .def_property_readonly("metadata",
-                             [](const PyMessage& m) {
-                               py::dict out;
-                               for (const auto& [k, v] : m.metadata) out[py::str(k)] = py::str(v);
-                               return out;
-                             })
+      .def_property_readonly(
+          "metadata", [](const PyMessage& m) { return TypedMetadataDict(m.metadata); },
+          "The sender's metadata with its types (str, int, float, bool, list, dict).")
       .def_property_readonly("sequence", [](const PyMessage& m) { return m.sequence; })
       .def("__repr__", [](const PyMessage& m) {
         return "ferry.flow.Message(seq=" + std::to_string(m.sequence) + ", " +

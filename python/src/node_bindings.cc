@@ -69,22 +69,102 @@ py::str Text(const std::string& text) {
   return py::reinterpret_steal<py::str>(decoded);
 }
 
+py::object ValueToPython(const flow::MetadataValue& value) {
+  switch (value.index()) {
+    case 0:
+      return Text(std::get<std::string>(value));
+    case 1:
+      return py::int_(std::get<int64_t>(value));
+    case 2:
+      return py::float_(std::get<double>(value));
+    case 3:
+      return py::bool_(std::get<bool>(value));
+    case 4: {
+      py::list out;
+      for (const flow::MetadataValue& item : std::get<flow::MetadataList>(value)) {
+        out.append(ValueToPython(item));
+      }
+      return std::move(out);
+    }
+    default: {
+      py::dict out;
+      for (const auto& [key, item] : std::get<flow::MetadataMap>(value)) {
+        out[Text(key)] = ValueToPython(item);
+      }
+      return std::move(out);
+    }
+  }
+}
+
 py::dict MetadataDict(const Metadata& metadata) {
   py::dict out;
   for (const auto& [key, value] : flow::DecodeTypedMetadata(metadata)) {
-    py::object converted;
-    if (const auto* text = std::get_if<std::string>(&value)) {
-      converted = Text(*text);
-    } else if (const auto* integer = std::get_if<int64_t>(&value)) {
-      converted = py::int_(*integer);
-    } else if (const auto* number = std::get_if<double>(&value)) {
-      converted = py::float_(*number);
-    } else {
-      converted = py::bool_(std::get<bool>(value));
-    }
-    out[Text(key)] = converted;
+    out[Text(key)] = ValueToPython(value);
   }
   return out;
+}
+
+std::string TypeName(py::handle value) {
+  return py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>();
+}
+
+std::string Utf8(py::handle text, const std::string& what) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+  if (data == nullptr) {
+    PyErr_Clear();
+    throw py::value_error(what + " is not valid Unicode (a lone surrogate?)");
+  }
+  return std::string(data, static_cast<size_t>(size));
+}
+
+flow::MetadataValue ValueFromPython(py::handle value, const std::string& path, int depth) {
+  if (py::isinstance<py::bool_>(value)) {  // before int: bool is an int in Python
+    return flow::MetadataValue(value.cast<bool>());
+  }
+  if (py::isinstance<py::int_>(value)) {
+    int overflow = 0;
+    const long long number = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) {
+      throw py::value_error("metadata value of '" + path +
+                            "' exceeds 64 bits (integers are 64-bit signed)");
+    }
+    if (number == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return flow::MetadataValue(static_cast<int64_t>(number));
+  }
+  if (py::isinstance<py::float_>(value)) return flow::MetadataValue(value.cast<double>());
+  if (py::isinstance<py::str>(value)) {
+    return flow::MetadataValue(Utf8(value, "metadata value of '" + path + "'"));
+  }
+  const bool list = py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value);
+  const bool dict = py::isinstance<py::dict>(value);
+  if ((list || dict) && depth + 1 > flow::kMaxMetadataDepth) {
+    throw py::value_error("metadata value of '" + path + "' nests deeper than " +
+                          std::to_string(flow::kMaxMetadataDepth) + " levels");
+  }
+  if (list) {
+    flow::MetadataList items;
+    size_t index = 0;
+    for (py::handle item : py::reinterpret_borrow<py::iterable>(value)) {
+      items.push_back(ValueFromPython(item, path + "[" + std::to_string(index++) + "]", depth + 1));
+    }
+    return flow::MetadataValue(std::move(items));
+  }
+  if (dict) {
+    flow::MetadataMap entries;
+    for (const auto& item : py::reinterpret_borrow<py::dict>(value)) {
+      if (!py::isinstance<py::str>(item.first)) {
+        throw py::type_error("metadata keys must be str, not " + TypeName(item.first) + " (in '" +
+                             path + "')");
+      }
+      std::string key = Utf8(item.first, "a metadata key in '" + path + "'");
+      flow::MetadataValue converted = ValueFromPython(item.second, path + "." + key, depth + 1);
+      entries.emplace_back(std::move(key), std::move(converted));
+    }
+    return flow::MetadataValue(std::move(entries));
+  }
+  throw py::type_error("metadata value of '" + path +
+                       "' must be str, int, float, bool, list or dict, not " + TypeName(value));
 }
 
 // ---- Values: to pyarrow through capsules ---------------------------------------
@@ -348,35 +428,29 @@ std::unique_ptr<flow::Node> MakeNode(const std::optional<std::string>& node_id,
 
 }  // namespace
 
-Metadata TypedMetadataFrom(const py::object& metadata) {
+Metadata TypedMetadataFrom(const py::object& metadata, bool allow_bytes) {
   if (metadata.is_none()) return {};
   if (!py::isinstance<py::dict>(metadata)) {
-    throw py::type_error("metadata must be a dict of str, int, float or bool values");
+    throw py::type_error("metadata must be a dict of str keys, not " + TypeName(metadata));
   }
   flow::TypedMetadata values;
   for (const auto& item : metadata.cast<py::dict>()) {
-    if (!py::isinstance<py::str>(item.first)) throw py::type_error("metadata keys must be str");
-    std::string key = item.first.cast<std::string>();
-    py::handle value = item.second;
-    if (py::isinstance<py::bool_>(value)) {  // before int: bool is an int in Python
-      values.emplace_back(std::move(key), value.cast<bool>());
-    } else if (py::isinstance<py::int_>(value)) {
-      int overflow = 0;
-      const long long number = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
-      if (overflow != 0) throw py::value_error("metadata value of '" + key + "' exceeds 64 bits");
-      values.emplace_back(std::move(key), static_cast<int64_t>(number));
-    } else if (py::isinstance<py::float_>(value)) {
-      values.emplace_back(std::move(key), value.cast<double>());
-    } else if (py::isinstance<py::str>(value)) {
-      values.emplace_back(std::move(key), value.cast<std::string>());
-    } else {
-      throw py::type_error(
-          "metadata value of '" + key + "' must be str, int, float or bool, not " +
-          py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>());
+    if (!py::isinstance<py::str>(item.first)) {
+      throw py::type_error("metadata keys must be str, not " + TypeName(item.first));
     }
+    std::string key = Utf8(item.first, "a metadata key");
+    if (allow_bytes && py::isinstance<py::bytes>(item.second)) {
+      // Sent as its bytes; receivers see a str.
+      values.emplace_back(std::move(key), flow::MetadataValue(item.second.cast<std::string>()));
+      continue;
+    }
+    flow::MetadataValue value = ValueFromPython(item.second, key, 0);
+    values.emplace_back(std::move(key), std::move(value));
   }
   return Unwrap(flow::EncodeTypedMetadata(values));
 }
+
+py::dict TypedMetadataDict(const Metadata& metadata) { return MetadataDict(metadata); }
 
 void BindNode(py::module_& flow) {
   py::class_<PyNodeLoan>(flow, "NodeLoan", py::buffer_protocol(),

@@ -71,10 +71,17 @@ RecordBatchPtr HostBatchFrom(const py::object& obj);
 TypePtr LoanType(const std::string& name);
 // The buffer-protocol format of one of LoanType's types (flow_bindings.cc).
 std::string BufferFormat(TypeId id);
-// A dict of str, int, float or bool values as typed metadata (node.h: the
-// values travel as text and come back typed); None gives none. TypeError or
-// ValueError for anything else (node_bindings.cc).
-Metadata TypedMetadataFrom(const py::object& metadata);
+// A dict of str keys to str, int, float, bool, list (or tuple) and dict
+// values as typed metadata (node.h: the values travel as text and come back
+// typed); None gives none. With `allow_bytes`, a bytes value travels as its
+// bytes (read back as str). TypeError or ValueError, naming the value, for
+// anything else: other types, non-str keys, integers beyond 64 bits, nesting
+// deeper than flow::kMaxMetadataDepth, more than flow::kMaxMetadataBytes
+// (node_bindings.cc).
+Metadata TypedMetadataFrom(const py::object& metadata, bool allow_bytes = false);
+// The inverse: the typed values of received metadata as a dict ("ferry.*"
+// keys left out; text that is not UTF-8 decoded with replacement characters).
+py::dict TypedMetadataDict(const Metadata& metadata);
 
 // Registers ferry._ferry.flow (the transport).
 void BindFlow(py::module_& m);

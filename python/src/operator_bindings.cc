@@ -47,13 +47,7 @@ const char* EventTypeText(int32_t type) {
   }
 }
 
-py::dict MetadataToDict(const Metadata& metadata) {
-  py::dict out;
-  for (const auto& [key, value] : flow::DecodeTypedMetadata(metadata)) {
-    std::visit([&](const auto& typed) { out[py::str(key)] = py::cast(typed); }, value);
-  }
-  return out;
-}
+py::dict MetadataToDict(const Metadata& metadata) { return TypedMetadataDict(metadata); }
 
 bool IsInstance(const py::handle& data, const char* module, const char* name) {
   py::dict modules = py::module_::import("sys").attr("modules");

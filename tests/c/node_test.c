@@ -1,6 +1,8 @@
 /* The C node API from a real C translation unit: a node whose input is its
  * own output (so one process exercises both ends), loaned and copied sends,
- * typed metadata, timers, closing, and errors on bad input. */
+ * typed metadata (nested values and the ferry_metadata_* accessors), timers,
+ * closing, and errors on bad input. With --echo-node it is a node for
+ * `ferry run` (tests/python/test_metadata.py). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -259,8 +261,27 @@ static void TestSelfLoop(void) {
   CHECK(array.release == NULL && schema.release == NULL);
   LoanedInt64Array(node, 2, &array);
   Int64Schema(&schema);
-  CHECK(ferry_node_send_output(node, "out", &array, &schema, "{\"nested\": [1]}") == EINVAL);
+  /* Metadata that cannot travel: refused, and the array is still taken. */
+  CHECK(ferry_node_send_output(node, "out", &array, &schema,
+                               "{\"big\": 99999999999999999999}") == EINVAL);
+  CHECK(strstr(ferry_node_last_error(), "does not fit in 64 bits") != NULL);
   CHECK(array.release == NULL && schema.release == NULL);
+  const char* refused[] = {"[1]", "{\"ferry.x\": 1}", "{\"a\": 1, \"a\": 2}", "{\"a\": nul}",
+                           "{\"a\": [1,]}", "{1: 2}", "{\"a\": 01}", "{\"s\": \"\\ud800\"}"};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i) {
+    LoanedInt64Array(node, 2, &array);
+    Int64Schema(&schema);
+    CHECK(ferry_node_send_output(node, "out", &array, &schema, refused[i]) == EINVAL);
+    CHECK(array.release == NULL && schema.release == NULL);
+  }
+  char deep[128] = "{\"d\": ";
+  for (int level = 0; level < 17; ++level) strcat(deep, "[");
+  for (int level = 0; level < 17; ++level) strcat(deep, "]");
+  strcat(deep, "}");
+  LoanedInt64Array(node, 2, &array);
+  Int64Schema(&schema);
+  CHECK(ferry_node_send_output(node, "out", &array, &schema, deep) == EINVAL);
+  CHECK(strstr(ferry_node_last_error(), "values nest deeper than 16 levels") != NULL);
   struct FerryNodeLoan loan;
   CHECK(ferry_node_loan(node, "elsewhere", 8, &loan) == EINVAL);
   CHECK(ferry_node_loan(node, "out", -1, &loan) == EINVAL);
@@ -285,10 +306,135 @@ static void TestSelfLoop(void) {
   ferry_node_free(node);
 }
 
-int main(void) {
+/* Typed metadata from C to C: nested values, edge cases, and the accessors. */
+static void TestTypedMetadata(void) {
+  char channel[128];
+  char config[512];
+  snprintf(channel, sizeof(channel), "ctest/%d/meta", (int)getpid());
+  snprintf(config, sizeof(config),
+           "{\"node\": \"c-meta\", \"outputs\": [{\"id\": \"out\", \"channel\": \"%s\"}],"
+           " \"inputs\": [{\"id\": \"in\", \"channel\": \"%s\"}]}",
+           channel, channel);
+  struct FerryNode* node = NULL;
+  CHECK(ferry_node_from_config(config, 20 * kSecond, &node) == 0);
+  struct ArrowArray array;
+  struct ArrowSchema schema;
+  LoanedInt64Array(node, 1, &array);
+  Int64Schema(&schema);
+  const char* sent =
+      "{\"max\": 9223372036854775807, \"min\": -9223372036854775808, \"whole\": 2.0,"
+      " \"tenth\": 0.1, \"nan\": NaN, \"inf\": -Infinity, \"no\": false,"
+      " \"text\": \"gr\\u00fc\\u00df \\\"q\\\"\", \"a/b\": 1,"
+      " \"box\": [1, 2.5, \"x\", [true, {}]], \"pose\": {\"x\": 0.25, \"tags\": []}}";
+  CHECK(ferry_node_send_output(node, "out", &array, &schema, sent) == 0);
+  struct FerryNodeEvent event;
+  NextNonTick(node, &event);
+  CHECK(event.type == FERRY_NODE_EVENT_INPUT);
+  const char* got = event.metadata_json;
+  /* Floats stay floats, integers stay exact, non-finite floats as bare words. */
+  CHECK(strstr(got, "\"whole\":2.0") != NULL);
+  CHECK(strstr(got, "\"max\":9223372036854775807") != NULL);
+  CHECK(strstr(got, "\"nan\":NaN") != NULL);
+  CHECK(strstr(got, "\"inf\":-Infinity") != NULL);
+  CHECK(strstr(got, "\"box\":[1,2.5,\"x\",[true,{}]]") != NULL);
+
+  int64_t integer = 0;
+  double number = 0;
+  int flag = -1;
+  char text[64];
+  size_t length = 0;
+  CHECK(ferry_metadata_type(got, "max") == FERRY_METADATA_INT);
+  CHECK(ferry_metadata_get_int(got, "max", &integer) == 0 && integer == INT64_MAX);
+  CHECK(ferry_metadata_get_int(got, "min", &integer) == 0 && integer == INT64_MIN);
+  CHECK(ferry_metadata_type(got, "whole") == FERRY_METADATA_FLOAT);
+  CHECK(ferry_metadata_get_float(got, "tenth", &number) == 0 && number == 0.1);
+  CHECK(ferry_metadata_get_float(got, "nan", &number) == 0 && number != number);
+  CHECK(ferry_metadata_get_float(got, "box/0", &number) == 0 && number == 1.0);
+  CHECK(ferry_metadata_get_bool(got, "no", &flag) == 0 && flag == 0);
+  CHECK(ferry_metadata_get_bool(got, "box/3/0", &flag) == 0 && flag == 1);
+  CHECK(ferry_metadata_get_string(got, "text", text, sizeof(text), &length) == 0);
+  CHECK(strcmp(text, "gr\xc3\xbc\xc3\x9f \"q\"") == 0 && length == strlen(text));
+  CHECK(ferry_metadata_get_string(got, "box/2", text, 2, &length) == 0);
+  CHECK(strcmp(text, "x") == 0 && length == 1);
+  CHECK(ferry_metadata_get_int(got, "a~1b", &integer) == 0 && integer == 1);
+  CHECK(ferry_metadata_type(got, "box") == FERRY_METADATA_LIST);
+  CHECK(ferry_metadata_length(got, "box", &integer) == 0 && integer == 4);
+  CHECK(ferry_metadata_type(got, "pose") == FERRY_METADATA_MAP);
+  CHECK(ferry_metadata_length(got, "pose", &integer) == 0 && integer == 2);
+  CHECK(ferry_metadata_key(got, "pose", 1, text, sizeof(text), &length) == 0);
+  CHECK(strcmp(text, "tags") == 0);
+  CHECK(ferry_metadata_get_float(got, "pose/x", &number) == 0 && number == 0.25);
+  CHECK(ferry_metadata_length(got, "", &integer) == 0 && integer == 11);
+  /* Missing values, other types, bad text. */
+  CHECK(ferry_metadata_get_int(got, "pose/y", &integer) == ENOENT);
+  CHECK(ferry_metadata_get_int(got, "box/9", &integer) == ENOENT);
+  CHECK(ferry_metadata_type(got, "box/x") == FERRY_METADATA_NONE);
+  CHECK(ferry_metadata_get_int(got, "tenth", &integer) == EINVAL);
+  CHECK(strstr(ferry_node_last_error(), "is a float, not an integer") != NULL);
+  CHECK(ferry_metadata_get_int("{not json", "a", &integer) == EINVAL);
+  CHECK(ferry_metadata_get_int(got, NULL, &integer) == EINVAL);
+  CHECK(ferry_metadata_key(got, "pose", 2, text, sizeof(text), NULL) == EINVAL);
+  ferry_node_event_release(&event);
+  ferry_node_free(node);
+}
+
+/* `ferry_node_c_test --echo-node`: a node under `ferry run` that reads each
+ * input's typed metadata with the accessors, prints what it read, and sends
+ * the value on "out" with the metadata it received plus values made in C. */
+static int EchoNode(void) {
+  struct FerryNode* node = NULL;
+  if (ferry_node_from_env(0, &node) != 0) {
+    fprintf(stderr, "echo node: %s\n", ferry_node_last_error());
+    return 1;
+  }
+  for (;;) {
+    struct FerryNodeEvent event;
+    if (ferry_node_next(node, -1, &event) != 0) {
+      fprintf(stderr, "echo node: %s\n", ferry_node_last_error());
+      return 1;
+    }
+    if (event.type == FERRY_NODE_EVENT_END) break;
+    if (event.type == FERRY_NODE_EVENT_INPUT) {
+      const char* got = event.metadata_json;
+      int64_t max = 0, items = 0;
+      double f = 0;
+      char word[64] = "";
+      ferry_metadata_get_int(got, "max", &max);
+      ferry_metadata_get_float(got, "f", &f);
+      ferry_metadata_get_string(got, "nested/k/1", word, sizeof(word), NULL);
+      ferry_metadata_length(got, "l", &items);
+      printf("C read max=%lld f=%.17g word=%s list=%lld types=%d%d%d\n", (long long)max, f, word,
+             (long long)items, ferry_metadata_type(got, "max"), ferry_metadata_type(got, "f"),
+             ferry_metadata_type(got, "nested"));
+      fflush(stdout);
+      /* The received object, with two keys of our own added. */
+      size_t size = strlen(got);
+      char* out = malloc(size + 128);
+      CHECK(out != NULL && size >= 2);
+      memcpy(out, got, size - 1); /* without the closing brace */
+      snprintf(out + size - 1, 128, "%s\"c_values\": [-1, 0.5, NaN, {\"deep\": [[[]]]}],"
+               " \"c_text\": \"\\u00e9t\\u00e9\"}", size > 2 ? ", " : "");
+      struct ArrowArray array = event.array;
+      struct ArrowSchema schema = event.schema;
+      event.array.release = NULL;
+      event.schema.release = NULL;
+      if (ferry_node_send_output(node, "out", &array, &schema, out) != 0) {
+        fprintf(stderr, "echo node: send: %s\n", ferry_node_last_error());
+      }
+      free(out);
+    }
+    ferry_node_event_release(&event);
+  }
+  ferry_node_free(node);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--echo-node") == 0) return EchoNode();
   TestBadInput();
   TestTimeout();
   TestSelfLoop();
+  TestTypedMetadata();
   printf("node C API: all checks passed\n");
   return 0;
 }

@@ -51,7 +51,7 @@ def test_loaned_payload_arrives_in_shared_memory_without_a_copy():
         (got,) = lines(peer)
         stats = publisher.stats()
     assert got["values"] == list(range(8))
-    assert got["metadata"] == {"frame": "7"}
+    assert got["metadata"] == {"frame": 7}  # typed, as a node's metadata is
     assert got["copied"] == 0                       # the subscriber copied nothing
     assert got["region"]["path"].startswith("/memfd:")
     assert got["region"]["perms"].startswith("r-")  # mapped read-only

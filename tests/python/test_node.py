@@ -246,8 +246,8 @@ def test_bad_input_is_a_clear_error():
         node.loan("nope", 4)
     with pytest.raises(ValueError, match="loans hold fixed-width"):
         node.loan("out", 4, "utf8")
-    with pytest.raises(TypeError, match="must be str, int, float or bool, not list"):
-        node.send_output("out", pa.array([1]), metadata={"k": [1]})
+    with pytest.raises(TypeError, match="must be str, int, float, bool, list or dict, not set"):
+        node.send_output("out", pa.array([1]), metadata={"k": {1}})
     with pytest.raises(ValueError, match="reserved"):
         node.send_output("out", pa.array([1]), metadata={"ferry.array": "0"})
     with pytest.raises(TypeError):

@@ -18,9 +18,18 @@
  * marked "ferry.array" (node.h). Received plain arrays are handed out
  * unwrapped, with is_batch == 0.
  *
- * Metadata is a JSON object whose values are strings, integers, floats
- * (finite) or booleans, e.g. {"frame": 7, "gain": 0.5, "camera": "left"};
- * events hand it back with the same types (NULL or "" means none). */
+ * Metadata is a JSON object whose values are strings, 64-bit integers,
+ * floats, booleans, lists and objects (string keys), nested at most 16
+ * levels, at most 1 MiB of text, e.g.
+ *   {"frame": 7, "gain": 0.5, "camera": "left", "box": [1, 2, 30, 40],
+ *    "pose": {"x": 0.25, "ok": true}}
+ * Events hand it back with the same types (NULL or "" means none): a float
+ * always carries a '.' or an exponent ("1.0"), so it stays apart from an
+ * integer; NaN and infinities are written as the bare words NaN, Infinity and
+ * -Infinity (as Python's json module does), and accepted so. Keys starting
+ * with "ferry." are reserved, repeated keys and integers outside 64 bits are
+ * refused (EINVAL). The ferry_metadata_* functions read single values out of
+ * it without a JSON parser. */
 #ifndef FERRY_C_FERRY_NODE_H
 #define FERRY_C_FERRY_NODE_H
 
@@ -132,6 +141,42 @@ int ferry_node_wait_for_subscribers(struct FerryNode* node, const char* output, 
  * length (without NUL) goes to *out_length when non-NULL. */
 int ferry_node_stats_json(const struct FerryNode* node, char* out, size_t out_size,
                           size_t* out_length);
+
+/* ---- Typed metadata values ------------------------------------------------
+ * Reading one value of a metadata JSON object (an event's metadata_json).
+ * `path` names it: keys and list indexes separated by '/', e.g. "frame",
+ * "box/2", "pose/x"; "" is the whole object; in a key, "~1" stands for '/'
+ * and "~0" for '~' (as in JSON Pointer). Each call parses the text again.
+ * Return 0, ENOENT when there is no value at `path`, EINVAL for text that is
+ * not valid metadata or a value of another type (ferry_node_last_error says
+ * which). */
+#define FERRY_METADATA_NONE 0
+#define FERRY_METADATA_STRING 1
+#define FERRY_METADATA_INT 2
+#define FERRY_METADATA_FLOAT 3
+#define FERRY_METADATA_BOOL 4
+#define FERRY_METADATA_LIST 5
+#define FERRY_METADATA_MAP 6
+
+/* The FERRY_METADATA_* type of the value at `path`; FERRY_METADATA_NONE when
+ * there is none or the text is not valid metadata. */
+int ferry_metadata_type(const char* metadata_json, const char* path);
+int ferry_metadata_get_int(const char* metadata_json, const char* path, int64_t* out);
+/* An integer is converted to double too. */
+int ferry_metadata_get_float(const char* metadata_json, const char* path, double* out);
+/* *out is 1 or 0. */
+int ferry_metadata_get_bool(const char* metadata_json, const char* path, int* out);
+/* Copies the string into `out` (capacity `out_size`, always NUL-terminated
+ * when out_size > 0); its full length (without NUL) goes to *out_length when
+ * non-NULL. Strings may hold NUL bytes: trust *out_length. */
+int ferry_metadata_get_string(const char* metadata_json, const char* path, char* out,
+                              size_t out_size, size_t* out_length);
+/* The number of items of a list or entries of a map. */
+int ferry_metadata_length(const char* metadata_json, const char* path, int64_t* out);
+/* The key of entry `index` (from 0, in the sender's order) of the map at
+ * `path`, copied as ferry_metadata_get_string copies. */
+int ferry_metadata_key(const char* metadata_json, const char* path, int64_t index, char* out,
+                       size_t out_size, size_t* out_length);
 
 #ifdef __cplusplus
 }

@@ -50,13 +50,13 @@
 // ticks follow the convention too: their value is an empty array of type
 // null.
 //
-// Typed metadata. Metadata values are strings. Python and C send integers,
-// floats and booleans as their text ("42", "0.25" in shortest round-trip
-// form, "true"/"false") and list the keys that are not strings under
-// "ferry.types" (kTypesMetadataKey), a JSON object such as
-// {"frame":"int","gain":"float","ok":"bool"}; their receivers turn the
-// values back into numbers and booleans (EncodeTypedMetadata /
-// DecodeTypedMetadata). C++ code reads the strings as they are.
+// Typed metadata. Metadata values are strings on the wire. Python, C and
+// C++ code that uses TypedMetadata send integers, floats, booleans, lists and
+// maps as text and list the keys that are not strings under "ferry.types"
+// (kTypesMetadataKey), a JSON object such as
+// {"frame":"int","gain":"float","ok":"bool","boxes":"json"}; their receivers
+// turn the values back into their types (EncodeTypedMetadata /
+// DecodeTypedMetadata). Event::metadata holds the strings as they travel.
 //
 // Thread safety: Next, WaitForSubscribers and destruction are used by one
 // thread at a time. SendOutput, SendArray, OutputPool, CloseOutput and
@@ -201,19 +201,55 @@ ArrayDataPtr ArrayOfMessage(const RecordBatch& batch, const Metadata& metadata);
 // ---- Typed metadata ----------------------------------------------------------
 
 inline constexpr std::string_view kTypesMetadataKey = "ferry.types";
+// Limits of typed metadata (EncodeTypedMetadata refuses what is past them):
+// lists and maps nest at most kMaxMetadataDepth levels (a list of lists is 2),
+// and the encoded text of all values of one message is at most
+// kMaxMetadataBytes. Integers are 64-bit signed.
+inline constexpr int kMaxMetadataDepth = 16;
+inline constexpr size_t kMaxMetadataBytes = size_t{1} << 20;
 
-using MetadataValue = std::variant<std::string, int64_t, double, bool>;
-using TypedMetadata = std::vector<std::pair<std::string, MetadataValue>>;
+// A typed metadata value: a string, a 64-bit integer, a double (NaN and
+// infinities included), a boolean, a list of values or a map of string keys
+// to values (in insertion order, keys unique). A std::variant: test it with
+// index() / std::holds_alternative and read it with std::get / std::get_if
+// (as_variant() for std::visit).
+struct MetadataValue;
+using MetadataList = std::vector<MetadataValue>;
+using MetadataMap = std::vector<std::pair<std::string, MetadataValue>>;
+struct MetadataValue
+    : std::variant<std::string, int64_t, double, bool, MetadataList, MetadataMap> {
+  using Variant = std::variant<std::string, int64_t, double, bool, MetadataList, MetadataMap>;
+  using Variant::Variant;
+  MetadataValue() : Variant(std::string()) {}
+  MetadataValue(const char* text) : Variant(std::string(text)) {}  // NOLINT: implicit, like string
+  MetadataValue(int value) : Variant(int64_t{value}) {}            // NOLINT: implicit, like int64
+  const Variant& as_variant() const { return *this; }
+  Variant& as_variant() { return *this; }
+  // Exact equality (NaN equals NaN here, so that round trips compare).
+  bool operator==(const MetadataValue& other) const;
+};
+using TypedMetadata = MetadataMap;
 
 // Strings as they are; other values as text plus their type under
-// "ferry.types". Invalid for a key starting with "ferry." (reserved), an
-// empty key or a repeated key; non-finite floats are written as "nan",
-// "inf" and "-inf".
+// "ferry.types": integers, floats and booleans as "42", "0.25" (shortest
+// round-trip form; "nan", "inf", "-inf") and "true"/"false", lists and maps
+// as JSON whose floats always carry a '.' or an exponent (NaN, Infinity and
+// -Infinity as those bare words). Invalid for a key starting with "ferry."
+// (reserved), an empty key or a repeated key (also inside a map), nesting
+// deeper than kMaxMetadataDepth, or more than kMaxMetadataBytes of text.
 Result<Metadata> EncodeTypedMetadata(const TypedMetadata& values);
 // The inverse: "ferry.array" and "ferry.types" are left out, listed keys
 // get their types back. A value that does not parse as its listed type, or
 // a malformed "ferry.types", leaves the value a string (metadata comes from
 // another process: never an error).
 TypedMetadata DecodeTypedMetadata(const Metadata& metadata);
+
+// One value as the JSON of typed metadata (above), and back: Invalid, naming
+// the problem, for text that is not one such value, nests deeper than
+// `max_depth` (a whole metadata object read as one map takes one more level
+// than its values), or holds an integer outside 64 bits or a repeated key.
+std::string MetadataValueToJson(const MetadataValue& value);
+Result<MetadataValue> MetadataValueFromJson(std::string_view json,
+                                            int max_depth = kMaxMetadataDepth);
 
 }  // namespace ferry::flow

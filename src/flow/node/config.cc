@@ -108,22 +108,6 @@ Result<NodeConfig::Output> ParseOutput(const json& entry, const std::string& pat
   return output;
 }
 
-std::string FormatDouble(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  char text[64];
-  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
-  if (error != std::errc()) return std::to_string(value);
-  return std::string(text, end);
-}
-
-template <typename T>
-bool ParseWhole(const std::string& text, T* out) {
-  if (text.empty()) return false;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return error == std::errc() && end == text.data() + text.size();
-}
-
 }  // namespace
 
 const char* EventTypeName(EventType type) {
@@ -287,78 +271,6 @@ Status Node::SendArray(const std::string& output, const ArrayDataPtr& array,
   }
   marked.emplace_back(std::string(kArrayMetadataKey), "1");
   return SendOutput(output, *batch, marked);
-}
-
-// ---- Typed metadata ----------------------------------------------------------
-
-Result<Metadata> EncodeTypedMetadata(const TypedMetadata& values) {
-  Metadata out;
-  out.reserve(values.size() + 1);
-  json types = json::object();
-  std::set<std::string_view> seen;
-  for (const auto& [key, value] : values) {
-    if (key.empty()) return Status::Invalid("metadata keys must not be empty");
-    if (key.rfind("ferry.", 0) == 0) {
-      return Status::Invalid("metadata key '" + key +
-                             "' is reserved (keys starting with "
-                             "\"ferry.\" belong to Ferry)");
-    }
-    if (!seen.insert(key).second) {
-      return Status::Invalid("metadata key '" + key + "' appears twice");
-    }
-    if (const auto* text = std::get_if<std::string>(&value)) {
-      out.emplace_back(key, *text);
-    } else if (const auto* integer = std::get_if<int64_t>(&value)) {
-      out.emplace_back(key, std::to_string(*integer));
-      types[key] = "int";
-    } else if (const auto* number = std::get_if<double>(&value)) {
-      out.emplace_back(key, FormatDouble(*number));
-      types[key] = "float";
-    } else {
-      out.emplace_back(key, std::get<bool>(value) ? "true" : "false");
-      types[key] = "bool";
-    }
-  }
-  if (!types.empty()) {
-    out.emplace_back(std::string(kTypesMetadataKey),
-                     types.dump(-1, ' ', false, json::error_handler_t::replace));
-  }
-  return out;
-}
-
-TypedMetadata DecodeTypedMetadata(const Metadata& metadata) {
-  json types = json::object();
-  for (const auto& [key, value] : metadata) {
-    if (key != kTypesMetadataKey) continue;
-    json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object()) types = std::move(parsed);
-  }
-  TypedMetadata out;
-  out.reserve(metadata.size());
-  for (const auto& [key, value] : metadata) {
-    if (key == kTypesMetadataKey || key == kArrayMetadataKey) continue;
-    auto type = types.find(key);
-    const std::string kind =
-        (type != types.end() && type->is_string()) ? type->get<std::string>() : std::string();
-    if (kind == "int") {
-      int64_t integer = 0;
-      if (ParseWhole(value, &integer)) {
-        out.emplace_back(key, integer);
-        continue;
-      }
-    } else if (kind == "float") {
-      double number = 0;
-      if (ParseWhole(value, &number)) {
-        out.emplace_back(key, number);
-        continue;
-      }
-    } else if (kind == "bool" && (value == "true" || value == "false")) {
-      out.emplace_back(key, value == "true");
-      continue;
-    }
-    out.emplace_back(key, value);
-  }
-  return out;
 }
 
 }  // namespace ferry::flow

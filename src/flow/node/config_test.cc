@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "ferry/exchange/builder.h"
 #include "ferry/flow/node.h"
@@ -193,6 +194,78 @@ TEST(TypedMetadataTest, RoundTripsTypes) {
   EXPECT_TRUE(std::isnan(std::get<double>(back[4].second)));
   EXPECT_EQ(std::get<bool>(back[5].second), true);
   EXPECT_EQ(std::get<std::string>(back[7].second), "42");
+}
+
+TEST(TypedMetadataTest, ListsAndMapsRoundTripExactly) {
+  const MetadataValue nested(MetadataList{
+      MetadataValue(int64_t{1}), MetadataValue(2.0), MetadataValue(std::string("three")),
+      MetadataValue(MetadataList{MetadataValue(false), MetadataValue(MetadataMap{})}),
+      MetadataValue(MetadataMap{{"x", MetadataValue(0.25)},
+                                {"big", MetadataValue(std::numeric_limits<int64_t>::min())},
+                                {"nan", MetadataValue(std::nan(""))},
+                                {"inf", MetadataValue(std::numeric_limits<double>::infinity())},
+                                {"text", MetadataValue(std::string("\xc3\xa9\"\\\n\x01"))}})});
+  const TypedMetadata values = {{"l", nested}, {"empty", MetadataValue(MetadataList{})}};
+  ASSERT_OK_AND_ASSIGN(Metadata encoded, EncodeTypedMetadata(values));
+  // On the wire: JSON text whose floats keep a '.', and its type.
+  EXPECT_EQ(encoded[0].second,
+            R"([1,2.0,"three",[false,{}],{"x":0.25,"big":-9223372036854775808,"nan":NaN,)"
+            R"("inf":Infinity,"text":")"
+            "\xc3\xa9"
+            R"(\"\\\n\u0001"}])");
+  EXPECT_THAT(encoded.back().second, HasSubstr(R"("l":"json")"));
+  const TypedMetadata back = DecodeTypedMetadata(encoded);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(back[0].second == nested);
+  EXPECT_TRUE(back[1].second == MetadataValue(MetadataList{}));
+  const auto& list = std::get<MetadataList>(back[0].second);
+  EXPECT_TRUE(std::holds_alternative<double>(list[1]));  // 2.0 stays a float
+  EXPECT_TRUE(std::holds_alternative<int64_t>(list[0]));
+}
+
+TEST(TypedMetadataTest, JsonOfOneValue) {
+  EXPECT_EQ(MetadataValueToJson(MetadataValue(MetadataList{MetadataValue(1e300), MetadataValue(-0.5)})),
+            "[1e+300,-0.5]");
+  ASSERT_OK_AND_ASSIGN(MetadataValue parsed,
+                       MetadataValueFromJson(R"( { "a" : [ 1 , -2.5e3 , "\ud83d\ude00" ] } )"));
+  const auto& map = std::get<MetadataMap>(parsed);
+  ASSERT_EQ(map.size(), 1u);
+  const auto& items = std::get<MetadataList>(map[0].second);
+  EXPECT_EQ(std::get<int64_t>(items[0]), 1);
+  EXPECT_EQ(std::get<double>(items[1]), -2500.0);
+  EXPECT_EQ(std::get<std::string>(items[2]), "\xf0\x9f\x98\x80");
+  ASSERT_OK_AND_ASSIGN(MetadataValue limit, MetadataValueFromJson("9223372036854775807"));
+  EXPECT_EQ(std::get<int64_t>(limit), std::numeric_limits<int64_t>::max());
+  // Bad text: a clear error, never a crash.
+  for (const char* bad : {"", "[1,]", "{\"a\":1,\"a\":2}", "{1:2}", "01", "1.", ".5", "-",
+                          "[1] x", "\"open", "\"\\ud800\"", "\"\\x\"", "nul", "[1e999]",
+                          "9223372036854775808", "\"tab\there\""}) {
+    EXPECT_FALSE(MetadataValueFromJson(bad).ok()) << bad;
+  }
+  EXPECT_THAT(MetadataValueFromJson("18446744073709551616").status().message(),
+              HasSubstr("does not fit in 64 bits"));
+}
+
+TEST(TypedMetadataTest, DepthAndSizeLimits) {
+  MetadataValue deep = MetadataValue(MetadataList{});
+  for (int level = 1; level < kMaxMetadataDepth; ++level) deep = MetadataValue(MetadataList{deep});
+  ASSERT_OK_AND_ASSIGN(Metadata encoded, EncodeTypedMetadata({{"d", deep}}));  // 16 levels: fine
+  EXPECT_TRUE(DecodeTypedMetadata(encoded)[0].second == deep);
+  const MetadataValue deeper(MetadataMap{{"in", deep}});
+  EXPECT_THAT(EncodeTypedMetadata({{"d", deeper}}).status().message(),
+              HasSubstr("nests deeper than 16 levels"));
+  // Parsing stops at the same depth: foreign text that nests deeper stays a string.
+  const Metadata foreign = {{"d", std::string(17, '[') + std::string(17, ']')},
+                            {"ferry.types", R"({"d":"json"})"}};
+  EXPECT_TRUE(std::holds_alternative<std::string>(DecodeTypedMetadata(foreign)[0].second));
+  EXPECT_THAT(EncodeTypedMetadata({{"m", MetadataValue(MetadataMap{{"k", MetadataValue(1)},
+                                                                   {"k", MetadataValue(2)}})}})
+                  .status()
+                  .message(),
+              HasSubstr("has the key 'k' twice"));
+  const std::string huge(kMaxMetadataBytes, 'x');
+  EXPECT_THAT(EncodeTypedMetadata({{"s", MetadataValue(huge)}}).status().message(),
+              HasSubstr("larger than"));
 }
 
 TEST(TypedMetadataTest, RejectsReservedAndRepeatedKeys) {

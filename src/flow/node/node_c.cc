@@ -1,7 +1,9 @@
 // The C node API (include/ferry/c/ferry_node.h) over ferry::flow::Node. Every
 // entry point catches every exception, so only return codes cross the C
 // boundary; the message of the last failure is kept per thread.
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -10,6 +12,9 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <variant>
 
 #include "ferry/c/ferry_node.h"
 #include "ferry/exchange/bridge.h"
@@ -73,42 +78,31 @@ Status CheckName(const char* name, const char* what) {
   return Status::OK();
 }
 
+// The metadata JSON of the C API: an object of typed values (ferry_node.h),
+// read and written by the typed metadata's own JSON (node.h).
 Result<ferry::Metadata> MetadataFromJson(const char* text) {
   if (text == nullptr || *text == '\0') return ferry::Metadata();
-  const json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded() || !document.is_object()) {
+  // The object is a level of its own: its values may nest kMaxMetadataDepth deep.
+  Result<ferry::flow::MetadataValue> document =
+      ferry::flow::MetadataValueFromJson(text, ferry::flow::kMaxMetadataDepth + 1);
+  if (!document.ok()) {
+    if (document.status().message().find("nesting deeper") != std::string::npos) {
+      return Status::Invalid("metadata values nest deeper than " +
+                             std::to_string(ferry::flow::kMaxMetadataDepth) + " levels (" +
+                             document.status().message() + ", the object included)");
+    }
+    return Status::Invalid("metadata must be a JSON object: " + document.status().message());
+  }
+  auto* values = std::get_if<ferry::flow::MetadataMap>(&*document);
+  if (values == nullptr) {
     return Status::Invalid("metadata must be a JSON object, got '" + std::string(text) + "'");
   }
-  ferry::flow::TypedMetadata values;
-  for (const auto& [key, value] : document.items()) {
-    if (value.is_string()) {
-      values.emplace_back(key, value.get<std::string>());
-    } else if (value.is_boolean()) {
-      values.emplace_back(key, value.get<bool>());
-    } else if (value.is_number_unsigned()) {
-      const uint64_t number = value.get<uint64_t>();
-      if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Status::Invalid("metadata value of '" + key + "' does not fit in 64-bit integers");
-      }
-      values.emplace_back(key, static_cast<int64_t>(number));
-    } else if (value.is_number_integer()) {
-      values.emplace_back(key, value.get<int64_t>());
-    } else if (value.is_number_float()) {
-      values.emplace_back(key, value.get<double>());
-    } else {
-      return Status::Invalid("metadata value of '" + key +
-                             "' must be a string, a number or a boolean, got " + value.dump());
-    }
-  }
-  return ferry::flow::EncodeTypedMetadata(values);
+  return ferry::flow::EncodeTypedMetadata(*values);
 }
 
 std::string MetadataToJson(const ferry::Metadata& metadata) {
-  json document = json::object();
-  for (const auto& [key, value] : ferry::flow::DecodeTypedMetadata(metadata)) {
-    std::visit([&](const auto& typed) { document[key] = typed; }, value);
-  }
-  return document.dump(-1, ' ', false, json::error_handler_t::replace);
+  return ferry::flow::MetadataValueToJson(
+      ferry::flow::MetadataValue(ferry::flow::DecodeTypedMetadata(metadata)));
 }
 
 // What an event owns besides the array and schema.
@@ -174,6 +168,91 @@ struct SchemaOwner {
     if (schema.release != nullptr) schema.release(&schema);
   }
 };
+
+// ---- Typed metadata access for C (ferry_metadata_*) ------------------------------
+
+const char* TypeWord(const ferry::flow::MetadataValue& value) {
+  static const char* const kWords[] = {"a string", "an integer", "a float",
+                                       "a boolean", "a list", "a map"};
+  return kWords[value.index()];
+}
+
+// The value at `path` of `metadata_json` into *found (nullptr when there is
+// none); Invalid for bad JSON or a NULL argument.
+Status Lookup(const char* metadata_json, const char* path, ferry::flow::MetadataValue* document,
+              const ferry::flow::MetadataValue** found) {
+  *found = nullptr;
+  if (path == nullptr) return Status::Invalid("path must not be NULL");
+  FERRY_ASSIGN_OR_RAISE(ferry::Metadata metadata, MetadataFromJson(metadata_json));
+  *document = ferry::flow::MetadataValue(ferry::flow::DecodeTypedMetadata(metadata));
+  const ferry::flow::MetadataValue* current = document;
+  std::string_view rest(path);
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    std::string step(rest.substr(0, slash));
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    for (size_t at = 0; (at = step.find('~', at)) != std::string::npos; ++at) {
+      if (at + 1 < step.size() && (step[at + 1] == '0' || step[at + 1] == '1')) {
+        step.replace(at, 2, step[at + 1] == '0' ? "~" : "/");
+      }
+    }
+    if (const auto* map = std::get_if<ferry::flow::MetadataMap>(current)) {
+      const ferry::flow::MetadataValue* next = nullptr;
+      for (const auto& [key, value] : *map) {
+        if (key == step) next = &value;
+      }
+      if (next == nullptr) return Status::OK();
+      current = next;
+    } else if (const auto* list = std::get_if<ferry::flow::MetadataList>(current)) {
+      size_t index = 0;
+      auto [end, error] = std::from_chars(step.data(), step.data() + step.size(), index);
+      if (step.empty() || error != std::errc() || end != step.data() + step.size() ||
+          index >= list->size()) {
+        return Status::OK();
+      }
+      current = &(*list)[index];
+    } else {
+      return Status::OK();
+    }
+  }
+  *found = current;
+  return Status::OK();
+}
+
+// Runs `read` on the value at `path`: ENOENT when there is none.
+template <typename Read>
+int WithValue(const char* metadata_json, const char* path, Read&& read) noexcept {
+  bool missing = false;
+  const int code = Guard([&]() -> Status {
+    ferry::flow::MetadataValue document;
+    const ferry::flow::MetadataValue* value = nullptr;
+    FERRY_RETURN_NOT_OK(Lookup(metadata_json, path, &document, &value));
+    if (value == nullptr) {
+      missing = true;
+      return Status::OK();
+    }
+    return read(*value);
+  });
+  if (code == 0 && missing) {
+    last_error = "no metadata value at '" + std::string(path) + "'";
+    return ENOENT;
+  }
+  return code;
+}
+
+Status WrongType(const char* path, const ferry::flow::MetadataValue& value, const char* wanted) {
+  return Status::Invalid("metadata value '" + std::string(path) + "' is " + TypeWord(value) +
+                         ", not " + wanted);
+}
+
+void CopyText(const std::string& text, char* out, size_t out_size, size_t* out_length) {
+  if (out_length != nullptr) *out_length = text.size();
+  if (out != nullptr && out_size > 0) {
+    const size_t count = std::min(text.size(), out_size - 1);
+    std::memcpy(out, text.data(), count);
+    out[count] = '\0';
+  }
+}
 
 }  // namespace
 
@@ -334,6 +413,91 @@ int ferry_node_stats_json(const FerryNode* node, char* out, size_t out_size, siz
       std::memcpy(out, text.data(), count);
       out[count] = '\0';
     }
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_type(const char* metadata_json, const char* path) {
+  int type = FERRY_METADATA_NONE;
+  const int code = WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    static const int kTypes[] = {FERRY_METADATA_STRING, FERRY_METADATA_INT,
+                                 FERRY_METADATA_FLOAT,  FERRY_METADATA_BOOL,
+                                 FERRY_METADATA_LIST,   FERRY_METADATA_MAP};
+    type = kTypes[value.index()];
+    return Status::OK();
+  });
+  return code == 0 ? type : FERRY_METADATA_NONE;
+}
+
+int ferry_metadata_get_int(const char* metadata_json, const char* path, int64_t* out) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    if (out == nullptr) return Status::Invalid("out must not be NULL");
+    const auto* integer = std::get_if<int64_t>(&value);
+    if (integer == nullptr) return WrongType(path, value, "an integer");
+    *out = *integer;
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_get_float(const char* metadata_json, const char* path, double* out) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    if (out == nullptr) return Status::Invalid("out must not be NULL");
+    if (const auto* number = std::get_if<double>(&value)) {
+      *out = *number;
+    } else if (const auto* integer = std::get_if<int64_t>(&value)) {
+      *out = static_cast<double>(*integer);
+    } else {
+      return WrongType(path, value, "a number");
+    }
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_get_bool(const char* metadata_json, const char* path, int* out) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    if (out == nullptr) return Status::Invalid("out must not be NULL");
+    const auto* flag = std::get_if<bool>(&value);
+    if (flag == nullptr) return WrongType(path, value, "a boolean");
+    *out = *flag ? 1 : 0;
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_get_string(const char* metadata_json, const char* path, char* out,
+                              size_t out_size, size_t* out_length) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    const auto* text = std::get_if<std::string>(&value);
+    if (text == nullptr) return WrongType(path, value, "a string");
+    CopyText(*text, out, out_size, out_length);
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_length(const char* metadata_json, const char* path, int64_t* out) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    if (out == nullptr) return Status::Invalid("out must not be NULL");
+    if (const auto* list = std::get_if<ferry::flow::MetadataList>(&value)) {
+      *out = static_cast<int64_t>(list->size());
+    } else if (const auto* map = std::get_if<ferry::flow::MetadataMap>(&value)) {
+      *out = static_cast<int64_t>(map->size());
+    } else {
+      return WrongType(path, value, "a list or a map");
+    }
+    return Status::OK();
+  });
+}
+
+int ferry_metadata_key(const char* metadata_json, const char* path, int64_t index, char* out,
+                       size_t out_size, size_t* out_length) {
+  return WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
+    const auto* map = std::get_if<ferry::flow::MetadataMap>(&value);
+    if (map == nullptr) return WrongType(path, value, "a map");
+    if (index < 0 || static_cast<uint64_t>(index) >= map->size()) {
+      return Status::Invalid("metadata map '" + std::string(path) + "' has " +
+                             std::to_string(map->size()) + " entries, not " +
+                             std::to_string(index + 1));
+    }
+    CopyText((*map)[static_cast<size_t>(index)].first, out, out_size, out_length);
     return Status::OK();
   });
 }

@@ -84,7 +84,7 @@ Result<ArrayDataPtr> Int64Array(std::vector<int64_t> values, MemoryPool* pool) {
 
 int64_t FirstInt64(const ArrayDataPtr& array) { return array->GetValues<int64_t>(1)[0]; }
 
-std::string MetadataValue(const Metadata& metadata, const std::string& key) {
+std::string MetadataText(const Metadata& metadata, const std::string& key) {
   for (const auto& [name, value] : metadata) {
     if (name == key) return value;
   }
@@ -165,7 +165,7 @@ TEST(NodeTest, TwoNodesExchangeBatchesWithoutCopying) {
   EXPECT_EQ(first->id, "in");
   EXPECT_EQ(first->sequence, 1u);
   EXPECT_TRUE(BatchMatches(*first->value, 100, 1));
-  EXPECT_EQ(MetadataValue(first->metadata, "frame"), "1");
+  EXPECT_EQ(MetadataText(first->metadata, "frame"), "1");
   EXPECT_TRUE(InSharedMemory(*first->value));
   ASSERT_OK_AND_ASSIGN(std::optional<Event> second, node->Next(kWait));
   ASSERT_TRUE(second.has_value());

@@ -3,6 +3,9 @@
 //   --rows R          rows per batch (default 4); batch k holds k*R .. k*R+R-1
 //   --copy            build batches in private memory (SendOutput copies them)
 //   --forward         send every input batch on "out"
+//   --echo-metadata   with --forward: decode each input's typed metadata, print it
+//                     ("METADATA <json>"), and forward it with "cpp_types" (each
+//                     key's type) and "cpp_values" (values built in C++) added
 //   --expect N        finish after N input messages
 //   --wait-subscribers K   before sending, wait for K subscribers on "out"
 //   --print           print every event on stdout
@@ -26,6 +29,7 @@
 #include <cstring>
 #include <iostream>
 #include <thread>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -40,11 +44,46 @@ using ferry::flow::Event;
 using ferry::flow::EventType;
 using ferry::flow::Node;
 
+void Say(const std::string& line);
+
+// Typed metadata through the C++ API: what came in, each key's type, and
+// values made here, all sent on.
+Status EchoMetadata(Node& node, const Event& event) {
+  using ferry::flow::MetadataList;
+  using ferry::flow::MetadataMap;
+  using ferry::flow::MetadataValue;
+  ferry::flow::TypedMetadata values = ferry::flow::DecodeTypedMetadata(event.metadata);
+  Say("METADATA " + ferry::flow::MetadataValueToJson(MetadataValue(values)));
+  static const char* const kNames[] = {"str", "int", "float", "bool", "list", "map"};
+  MetadataMap types;
+  for (const auto& [key, value] : values) types.emplace_back(key, kNames[value.index()]);
+  values.emplace_back("cpp_types", MetadataValue(std::move(types)));
+  values.emplace_back(
+      "cpp_values",
+      MetadataValue(MetadataMap{
+          {"max", MetadataValue(std::numeric_limits<int64_t>::max())},
+          {"min", MetadataValue(std::numeric_limits<int64_t>::min())},
+          {"tenth", MetadataValue(0.1)},
+          {"whole", MetadataValue(2.0)},
+          {"inf", MetadataValue(-std::numeric_limits<double>::infinity())},
+          {"yes", MetadataValue(true)},
+          {"text", MetadataValue(std::string("gr\u00fc\u00df \"quoted\"\n"))},
+          {"nested", MetadataValue(MetadataList{MetadataValue(int64_t{1}),
+                                                MetadataValue(MetadataList{MetadataValue(2.5)}),
+                                                MetadataValue(MetadataMap{})})}}));
+  FERRY_ASSIGN_OR_RAISE(ferry::Metadata encoded, ferry::flow::EncodeTypedMetadata(values));
+  if (ferry::flow::IsArrayMessage(event.metadata)) {
+    return node.SendArray("out", event.value->column(0), encoded);
+  }
+  return node.SendOutput("out", *event.value, encoded);
+}
+
 struct Options {
   int64_t send = 0;
   int64_t rows = 4;
   bool copy = false;
   bool forward = false;
+  bool echo_metadata = false;
   int64_t expect = -1;
   int64_t wait_subscribers = 0;
   bool print = false;
@@ -62,6 +101,7 @@ bool ParseOptions(int argc, char** argv, Options* options) {
   // Flags without a value, and options with one (parsed as integers unless text).
   const std::map<std::string, bool*> flags = {{"--copy", &options->copy},
                                               {"--forward", &options->forward},
+                                              {"--echo-metadata", &options->echo_metadata},
                                               {"--print", &options->print},
                                               {"--linger", &options->linger},
                                               {"--ignore-stop", &options->ignore_stop}};
@@ -194,7 +234,10 @@ int Run(const Options& options) {
           Say("INPUT " + event.id + " seq=" + std::to_string(event.sequence) + " rows=" +
               std::to_string(event.value->num_rows()) + " sum=" + std::to_string(batch_sum));
         }
-        if (options.forward) {
+        if (options.forward && options.echo_metadata) {
+          Status sent = EchoMetadata(*node, event);
+          if (!sent.ok()) std::cerr << "test_node: echo: " << sent.ToString() << std::endl;
+        } else if (options.forward) {
           Status sent = node->SendOutput("out", *event.value);
           if (!sent.ok()) std::cerr << "test_node: forward: " << sent.ToString() << std::endl;
         }
