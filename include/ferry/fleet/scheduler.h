@@ -25,9 +25,9 @@ struct ScheduleDecision {
 ScheduleDecision Schedule(const SchedulingSnapshot& snapshot);
 
 // Whether the gang could ever fit on these nodes if every GPU were free
-// (used to refuse impossible submissions with 422 and to tell
-// CONSTRAINT_UNSATISFIABLE from NO_CAPACITY). Drained and lost nodes count:
-// they may come back.
+// (this scheduler's CONSTRAINT_UNSATISFIABLE versus NO_CAPACITY). Drained and
+// lost nodes count: they may come back. Submissions are judged by the
+// scheduling core instead (sched::Scheduler::CheckCapacity).
 bool GangCouldEverFit(const JobSpec& spec, const std::vector<Node>& nodes);
 
 }  // namespace ferry::fleet
