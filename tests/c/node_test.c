@@ -262,12 +262,13 @@ static void TestSelfLoop(void) {
   LoanedInt64Array(node, 2, &array);
   Int64Schema(&schema);
   /* Metadata that cannot travel: refused, and the array is still taken. */
-  CHECK(ferry_node_send_output(node, "out", &array, &schema,
-                               "{\"big\": 99999999999999999999}") == EINVAL);
+  CHECK(ferry_node_send_output(node, "out", &array, &schema, "{\"big\": 99999999999999999999}") ==
+        EINVAL);
   CHECK(strstr(ferry_node_last_error(), "does not fit in 64 bits") != NULL);
   CHECK(array.release == NULL && schema.release == NULL);
-  const char* refused[] = {"[1]", "{\"ferry.x\": 1}", "{\"a\": 1, \"a\": 2}", "{\"a\": nul}",
-                           "{\"a\": [1,]}", "{1: 2}", "{\"a\": 01}", "{\"s\": \"\\ud800\"}"};
+  const char* refused[] = {"[1]",          "{\"ferry.x\": 1}",    "{\"a\": 1, \"a\": 2}",
+                           "{\"a\": nul}", "{\"a\": [1,]}",       "{1: 2}",
+                           "{\"a\": 01}",  "{\"s\": \"\\ud800\"}"};
   for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i) {
     LoanedInt64Array(node, 2, &array);
     Int64Schema(&schema);
@@ -412,8 +413,10 @@ static int EchoNode(void) {
       char* out = malloc(size + 128);
       CHECK(out != NULL && size >= 2);
       memcpy(out, got, size - 1); /* without the closing brace */
-      snprintf(out + size - 1, 128, "%s\"c_values\": [-1, 0.5, NaN, {\"deep\": [[[]]]}],"
-               " \"c_text\": \"\\u00e9t\\u00e9\"}", size > 2 ? ", " : "");
+      snprintf(out + size - 1, 128,
+               "%s\"c_values\": [-1, 0.5, NaN, {\"deep\": [[[]]]}],"
+               " \"c_text\": \"\\u00e9t\\u00e9\"}",
+               size > 2 ? ", " : "");
       struct ArrowArray array = event.array;
       struct ArrowSchema schema = event.schema;
       event.array.release = NULL;

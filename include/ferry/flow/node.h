@@ -39,7 +39,9 @@
 // under way). An input marked producer_may_restart gets no kInputClosed when
 // its producer goes: under a daemon it waits for the reconnect, or for the
 // daemon's word that the producer will not come back. Other inputs may see
-// kInputClosed first and then events again after a reconnect.
+// kInputClosed first and then events again after a reconnect. A node started
+// (or restarted) after the producer of an input finished for good gets
+// kInputClosed for that input right after the start.
 //
 // Arrays and batches. Every message is a record batch. A plain array (what
 // Python and dora-style nodes send) travels as a one-column batch whose
@@ -216,8 +218,7 @@ inline constexpr size_t kMaxMetadataBytes = size_t{1} << 20;
 struct MetadataValue;
 using MetadataList = std::vector<MetadataValue>;
 using MetadataMap = std::vector<std::pair<std::string, MetadataValue>>;
-struct MetadataValue
-    : std::variant<std::string, int64_t, double, bool, MetadataList, MetadataMap> {
+struct MetadataValue : std::variant<std::string, int64_t, double, bool, MetadataList, MetadataMap> {
   using Variant = std::variant<std::string, int64_t, double, bool, MetadataList, MetadataMap>;
   using Variant::Variant;
   MetadataValue() : Variant(std::string()) {}

@@ -15,7 +15,9 @@
 //      max_restarts, after 100 ms doubling up to 5 s; once the new instance is
 //      ready, the consumers of its outputs get {"type":"reconnect","input":ID}
 //      and it gets start once they answer "reconnected" (at most 10 s). A
-//      producer that will not run again sends its consumers "input_closed".
+//      producer that will not run again sends its consumers "input_closed"
+//      (a consumer instance that says hello later gets it right after its
+//      hello, so a restarted consumer never waits for a finished producer).
 //   6. The summary: per node its end and restarts, per edge its counters.
 //
 // Besides the messages of protocol.h the daemon understands, from a

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 namespace ferry::flow::daemon {
 namespace {

@@ -130,12 +130,10 @@ TEST(SummaryTest, SharedOutputsTakeDropsFromEachConsumer) {
   summary.nodes[1].id = "sink";
   summary.nodes[2].id = "other";
   ASSERT_OK(AddNodeStats(ProducerStats(10, 800, 0, 5), &summary.nodes[0]));
-  ASSERT_OK(AddNodeStats(
-      nlohmann::json::parse(R"({"inputs":{"in":{"received":7,"dropped":3}}})"),
-      &summary.nodes[1]));
-  ASSERT_OK(AddNodeStats(
-      nlohmann::json::parse(R"({"inputs":{"in":{"received":8,"dropped":2}}})"),
-      &summary.nodes[2]));
+  ASSERT_OK(AddNodeStats(nlohmann::json::parse(R"({"inputs":{"in":{"received":7,"dropped":3}}})"),
+                         &summary.nodes[1]));
+  ASSERT_OK(AddNodeStats(nlohmann::json::parse(R"({"inputs":{"in":{"received":8,"dropped":2}}})"),
+                         &summary.nodes[2]));
   Edge other = CameraToSink();
   other.consumer = "other";
   other.label = "camera/image -> other/in";

@@ -224,8 +224,9 @@ TEST(TypedMetadataTest, ListsAndMapsRoundTripExactly) {
 }
 
 TEST(TypedMetadataTest, JsonOfOneValue) {
-  EXPECT_EQ(MetadataValueToJson(MetadataValue(MetadataList{MetadataValue(1e300), MetadataValue(-0.5)})),
-            "[1e+300,-0.5]");
+  EXPECT_EQ(
+      MetadataValueToJson(MetadataValue(MetadataList{MetadataValue(1e300), MetadataValue(-0.5)})),
+      "[1e+300,-0.5]");
   ASSERT_OK_AND_ASSIGN(MetadataValue parsed,
                        MetadataValueFromJson(R"( { "a" : [ 1 , -2.5e3 , "\ud83d\ude00" ] } )"));
   const auto& map = std::get<MetadataMap>(parsed);
@@ -237,9 +238,9 @@ TEST(TypedMetadataTest, JsonOfOneValue) {
   ASSERT_OK_AND_ASSIGN(MetadataValue limit, MetadataValueFromJson("9223372036854775807"));
   EXPECT_EQ(std::get<int64_t>(limit), std::numeric_limits<int64_t>::max());
   // Bad text: a clear error, never a crash.
-  for (const char* bad : {"", "[1,]", "{\"a\":1,\"a\":2}", "{1:2}", "01", "1.", ".5", "-",
-                          "[1] x", "\"open", "\"\\ud800\"", "\"\\x\"", "nul", "[1e999]",
-                          "9223372036854775808", "\"tab\there\""}) {
+  for (const char* bad :
+       {"", "[1,]", "{\"a\":1,\"a\":2}", "{1:2}", "01", "1.", ".5", "-", "[1] x", "\"open",
+        "\"\\ud800\"", "\"\\x\"", "nul", "[1e999]", "9223372036854775808", "\"tab\there\""}) {
     EXPECT_FALSE(MetadataValueFromJson(bad).ok()) << bad;
   }
   EXPECT_THAT(MetadataValueFromJson("18446744073709551616").status().message(),
@@ -258,11 +259,12 @@ TEST(TypedMetadataTest, DepthAndSizeLimits) {
   const Metadata foreign = {{"d", std::string(17, '[') + std::string(17, ']')},
                             {"ferry.types", R"({"d":"json"})"}};
   EXPECT_TRUE(std::holds_alternative<std::string>(DecodeTypedMetadata(foreign)[0].second));
-  EXPECT_THAT(EncodeTypedMetadata({{"m", MetadataValue(MetadataMap{{"k", MetadataValue(1)},
-                                                                   {"k", MetadataValue(2)}})}})
-                  .status()
-                  .message(),
-              HasSubstr("has the key 'k' twice"));
+  EXPECT_THAT(
+      EncodeTypedMetadata(
+          {{"m", MetadataValue(MetadataMap{{"k", MetadataValue(1)}, {"k", MetadataValue(2)}})}})
+          .status()
+          .message(),
+      HasSubstr("has the key 'k' twice"));
   const std::string huge(kMaxMetadataBytes, 'x');
   EXPECT_THAT(EncodeTypedMetadata({{"s", MetadataValue(huge)}}).status().message(),
               HasSubstr("larger than"));

@@ -2,8 +2,8 @@
 // "ferry.types", lists and maps as a small JSON dialect of our own writer and
 // parser (64-bit integers kept apart from floats, NaN and infinities as bare
 // words, a nesting limit, repeated keys refused).
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -168,9 +168,8 @@ class Parser {
   }
 
   void SkipSpace() {
-    while (position_ < text_.size() &&
-           (text_[position_] == ' ' || text_[position_] == '\t' || text_[position_] == '\n' ||
-            text_[position_] == '\r')) {
+    while (position_ < text_.size() && (text_[position_] == ' ' || text_[position_] == '\t' ||
+                                        text_[position_] == '\n' || text_[position_] == '\r')) {
       ++position_;
     }
   }
@@ -222,8 +221,8 @@ class Parser {
     if (position_ == digits) return Error("not a value");
     const std::string_view number = text_.substr(begin, position_ - begin);
     // JSON's number grammar: no leading zeros, digits around the point.
-    if (number.size() > digits - begin + 1 && text_[digits] == '0' &&
-        text_[digits + 1] >= '0' && text_[digits + 1] <= '9') {
+    if (number.size() > digits - begin + 1 && text_[digits] == '0' && text_[digits + 1] >= '0' &&
+        text_[digits + 1] <= '9') {
       return Error("a number with a leading zero");
     }
     if (is_float) {

@@ -366,10 +366,10 @@ Status NodeImpl::ConnectInputs(const Deadline& deadline) {
   std::vector<std::pair<InputState*, std::shared_ptr<ConnectJob>>> jobs;
   for (auto& input : inputs_) {
     if (input->is_timer()) continue;
-    jobs.emplace_back(input.get(),
-                      StartConnecting({input->config->channel},
-                                      {InputOptions(*input->config, options_, deadline.Remaining())},
-                                      wake_));
+    jobs.emplace_back(
+        input.get(),
+        StartConnecting({input->config->channel},
+                        {InputOptions(*input->config, options_, deadline.Remaining())}, wake_));
   }
   // Takes the finished attempts; the first failure (of an input still open)
   // ends the start.

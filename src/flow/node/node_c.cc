@@ -172,8 +172,8 @@ struct SchemaOwner {
 // ---- Typed metadata access for C (ferry_metadata_*) ------------------------------
 
 const char* TypeWord(const ferry::flow::MetadataValue& value) {
-  static const char* const kWords[] = {"a string", "an integer", "a float",
-                                       "a boolean", "a list", "a map"};
+  static const char* const kWords[] = {"a string",  "an integer", "a float",
+                                       "a boolean", "a list",     "a map"};
   return kWords[value.index()];
 }
 
@@ -420,9 +420,8 @@ int ferry_node_stats_json(const FerryNode* node, char* out, size_t out_size, siz
 int ferry_metadata_type(const char* metadata_json, const char* path) {
   int type = FERRY_METADATA_NONE;
   const int code = WithValue(metadata_json, path, [&](const ferry::flow::MetadataValue& value) {
-    static const int kTypes[] = {FERRY_METADATA_STRING, FERRY_METADATA_INT,
-                                 FERRY_METADATA_FLOAT,  FERRY_METADATA_BOOL,
-                                 FERRY_METADATA_LIST,   FERRY_METADATA_MAP};
+    static const int kTypes[] = {FERRY_METADATA_STRING, FERRY_METADATA_INT,  FERRY_METADATA_FLOAT,
+                                 FERRY_METADATA_BOOL,   FERRY_METADATA_LIST, FERRY_METADATA_MAP};
     type = kTypes[value.index()];
     return Status::OK();
   });
