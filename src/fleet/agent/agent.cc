@@ -329,15 +329,14 @@ GangLayout LayoutOf(const TaskAssignment& assignment, const NodeContext& node) {
       if (task < me) out.local_rank++;
     }
   }
-  out.node_rank = static_cast<int>(
-      std::find(out.nodes.begin(), out.nodes.end(), by_task[me]) - out.nodes.begin());
+  out.node_rank = static_cast<int>(std::find(out.nodes.begin(), out.nodes.end(), by_task[me]) -
+                                   out.nodes.begin());
   return out;
 }
 
 // The address of the node that runs `task`: what the server sent, else this
 // agent's own address for its own tasks, else the node name.
-std::string AddressOfTask(const TaskAssignment& assignment, const NodeContext& node,
-                          size_t task) {
+std::string AddressOfTask(const TaskAssignment& assignment, const NodeContext& node, size_t task) {
   if (task < assignment.gang_addresses.size() && !assignment.gang_addresses[task].empty()) {
     return assignment.gang_addresses[task];
   }
@@ -364,8 +363,8 @@ std::string GangHostfile(const TaskAssignment& assignment, const NodeContext& no
            assignment.gang_nodes[first] != layout.nodes[rank]) {
       first++;
     }
-    text += AddressOfTask(assignment, node, first) + " slots=" +
-            std::to_string(layout.slots[rank]) + "\n";
+    text += AddressOfTask(assignment, node, first) +
+            " slots=" + std::to_string(layout.slots[rank]) + "\n";
   }
   return text;
 }
@@ -403,11 +402,10 @@ std::string LocalAddressToward(const std::string& server_url) {
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
       char text[INET6_ADDRSTRLEN] = {};
-      const void* where = local.ss_family == AF_INET6
-                              ? static_cast<const void*>(
-                                    &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                              : static_cast<const void*>(
-                                    &reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      const void* where =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
       if (inet_ntop(local.ss_family, where, text, sizeof(text)) != nullptr) out = text;
     }
     close(fd);
@@ -753,7 +751,8 @@ Status Agent::Prepare() {
   }
   node_.node_name = options_.node_name;
   node_.address = options_.advertise_host;
-  if (node_.address.empty()) node_.address = agent_internal::LocalAddressToward(options_.server_url);
+  if (node_.address.empty())
+    node_.address = agent_internal::LocalAddressToward(options_.server_url);
   if (node_.address.empty()) node_.address = options_.node_name;
   node_.work_dir = work_dir.lexically_normal().string();
   while (node_.work_dir.size() > 1 && node_.work_dir.back() == '/') node_.work_dir.pop_back();
@@ -810,14 +809,10 @@ Result<bool> Agent::Register() {
                     {"memory_mb", gpu.memory_mb},
                     {"uuid", gpu.uuid}});
   }
-  json body = {{"name", options_.node_name},
-               {"pool", options_.pool},
-               {"labels", options_.labels},
-               {"cpus", options_.cpus},
-               {"memory_mb", options_.memory_mb},
-               {"instance", instance_},
-               {"address", node_.address},
-               {"gpus", gpus}};
+  json body = {{"name", options_.node_name},      {"pool", options_.pool},
+               {"labels", options_.labels},       {"cpus", options_.cpus},
+               {"memory_mb", options_.memory_mb}, {"instance", instance_},
+               {"address", node_.address},        {"gpus", gpus}};
   auto backoff = std::chrono::milliseconds(200);
   bool reported_outage = false;
   while (!Stopping()) {
@@ -887,8 +882,7 @@ void Agent::HandleSyncResponse(const json& body) {
         continue;
       }
       LaunchSpec launch = agent_internal::BuildLaunchSpec(*assignment, node_);
-      WriteHostfile(launch.env["FERRY_HOSTFILE"],
-                    agent_internal::GangHostfile(*assignment, node_));
+      WriteHostfile(launch.env["FERRY_HOSTFILE"], agent_internal::GangHostfile(*assignment, node_));
       runner_->Start(std::move(launch));
     }
   }

@@ -148,8 +148,7 @@ TEST(Assignment, RendezvousVariablesForAGang) {
   EXPECT_EQ(launch.env["JAX_PROCESS_ID"], "3");
   EXPECT_EQ(launch.env["FERRY_GANG_ADDRESSES"], "10.0.0.1,10.0.0.2,10.0.0.1,10.0.0.2");
   EXPECT_EQ(launch.env["FERRY_HOSTFILE"], "/work/logs/42-2.hosts");
-  EXPECT_EQ(agent_internal::GangHostfile(assignment, node),
-            "10.0.0.1 slots=2\n10.0.0.2 slots=2\n");
+  EXPECT_EQ(agent_internal::GangHostfile(assignment, node), "10.0.0.1 slots=2\n10.0.0.2 slots=2\n");
 
   // A server that sent no addresses: node names, and this agent's own address
   // for its own node; an IPv6 master is bracketed for JAX.

@@ -2154,8 +2154,8 @@ CycleRun::NoStart CycleRun::WhyNoStart(const JobInfo& job, const std::vector<int
                 " more (" + down_names + ")";
   }
   if (reserved > 0) {
-    out.text += "; nodes held for other blocked jobs could hold " + std::to_string(reserved) +
-                " more";
+    out.text +=
+        "; nodes held for other blocked jobs could hold " + std::to_string(reserved) + " more";
   }
   const int64_t cloud = CloudCapacity(job, best_model, s.tasks);
   if (cloud > 0) {
@@ -2170,8 +2170,8 @@ int64_t CycleRun::FreeCapacity(const JobInfo& job, int model) const {
   for (const Node& node : nodes_) {
     if (total >= s.tasks) break;
     if (!node.schedulable || node.reservation >= 0 || !InSet(job, node.pool)) continue;
-    total += TasksThatFit(s, model >= 0 ? FreeOf(node, model) : 0, node.cpus_free,
-                          node.memory_free, s.tasks - total);
+    total += TasksThatFit(s, model >= 0 ? FreeOf(node, model) : 0, node.cpus_free, node.memory_free,
+                          s.tasks - total);
   }
   return total;
 }
@@ -2303,8 +2303,8 @@ void CycleRun::Burst() {
   std::unordered_map<size_t, Spare> promised;
   const size_t model_count = std::max<size_t>(model_names_.size(), 1);
   auto room_of = [&](int node_index, int model) {
-    const size_t key = static_cast<size_t>(node_index) * model_count +
-                       static_cast<size_t>(std::max(model, 0));
+    const size_t key =
+        static_cast<size_t>(node_index) * model_count + static_cast<size_t>(std::max(model, 0));
     auto it = promised.find(key);
     if (it != promised.end()) return it->second;
     const Node& node = nodes_[static_cast<size_t>(node_index)];
@@ -2336,7 +2336,8 @@ void CycleRun::Burst() {
     }
     if (!any_cloud) continue;
     if (options.empty()) {
-      ReasonOf(i).message += "; no cloud pool of its set has a node shape that holds one of its tasks";
+      ReasonOf(i).message +=
+          "; no cloud pool of its set has a node shape that holds one of its tasks";
       continue;
     }
     if (now_ - p.submitted_s < config_.burst.min_pending_s) {
@@ -2374,8 +2375,9 @@ void CycleRun::Burst() {
     bool covered = false;
     int64_t best_free = 0, best_cloud = 0;
     for (int first : options) {
-      const int m = s.gpus > 0 ? ModelId(Upper(pools_[static_cast<size_t>(first)].config->node.gpu_model))
-                               : -1;
+      const int m = s.gpus > 0
+                        ? ModelId(Upper(pools_[static_cast<size_t>(first)].config->node.gpu_model))
+                        : -1;
       if (std::find(tried.begin(), tried.end(), m) != tried.end()) continue;
       tried.push_back(m);
       int64_t remaining = s.tasks;
@@ -2465,9 +2467,9 @@ void CycleRun::Burst() {
         SetReason(index, reason::kWaitingForProvisioning,
                   "requested " + requested + " (ready in about " + Num(delay) + " s)");
       } else {
-        SetReason(index, reason::kWaitingForProvisioning,
-                  "nodes already being provisioned in cloud pool " + pools_on_the_way +
-                      " will hold it");
+        SetReason(
+            index, reason::kWaitingForProvisioning,
+            "nodes already being provisioned in cloud pool " + pools_on_the_way + " will hold it");
       }
       covered = true;
       break;

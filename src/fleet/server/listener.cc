@@ -1,7 +1,5 @@
 #include "fleet/server/listener.h"
 
-#include "fleet/server/raw_headers.h"
-
 #include <httplib.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -11,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include "fleet/server/raw_headers.h"
 
 namespace ferry::fleet::server_internal {
 

@@ -173,8 +173,8 @@ std::vector<std::string> EmptyHeaderNames(std::string_view head) {
     const size_t colon = line.find(':');
     if (colon != std::string_view::npos && colon > 0) {
       std::string_view value = line.substr(colon + 1);
-      const bool empty = std::all_of(value.begin(), value.end(),
-                                     [](char c) { return c == ' ' || c == '\t'; });
+      const bool empty =
+          std::all_of(value.begin(), value.end(), [](char c) { return c == ' ' || c == '\t'; });
       if (empty) {
         std::string name(line.substr(0, colon));
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

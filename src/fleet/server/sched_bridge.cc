@@ -109,7 +109,8 @@ std::vector<sched::NodeInfo> CapacityNodes(const std::vector<Node>& nodes) {
     info.name = node.name;
     info.pool = node.pool;
     info.gpus.reserve(node.gpus.size());
-    for (const Gpu& gpu : node.gpus) info.gpus.push_back({gpu.id, gpu.index, gpu.model, gpu.memory_mb, true});
+    for (const Gpu& gpu : node.gpus)
+      info.gpus.push_back({gpu.id, gpu.index, gpu.model, gpu.memory_mb, true});
     info.cpus = node.cpus;
     info.memory_mb = node.memory_mb;
     info.schedulable = !node.drain;

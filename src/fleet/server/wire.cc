@@ -331,17 +331,17 @@ std::optional<std::string> ParseAdvertisedAddress(const json& body,
                                                   std::vector<FieldError>* errors) {
   auto it = body.find("address");
   if (it == body.end() || it->is_null()) return std::string();
-  const bool ok =
-      it->is_string() && !it->get_ref<const std::string&>().empty() &&
-      it->get_ref<const std::string&>().size() <= 253 &&
-      std::all_of(it->get_ref<const std::string&>().begin(),
-                  it->get_ref<const std::string&>().end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
-                           c == ':' || c == '_';
-                  });
+  const bool ok = it->is_string() && !it->get_ref<const std::string&>().empty() &&
+                  it->get_ref<const std::string&>().size() <= 253 &&
+                  std::all_of(it->get_ref<const std::string&>().begin(),
+                              it->get_ref<const std::string&>().end(), [](char c) {
+                                return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+                                       c == '-' || c == ':' || c == '_';
+                              });
   if (!ok) {
-    errors->push_back({"address", "must be a host name or IP address (1 to 253 characters of "
-                                  "A-Z a-z 0-9 . - : _)"});
+    errors->push_back({"address",
+                       "must be a host name or IP address (1 to 253 characters of "
+                       "A-Z a-z 0-9 . - : _)"});
     return std::nullopt;
   }
   return it->get<std::string>();
