@@ -90,7 +90,7 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
   std::string error;
   std::string warning;
   ERR_clear_error();
-  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+  auto server = MakeHeaderKeepingTlsServer([&](SSL_CTX& ctx) {  // raw_headers.h
     SSL_CTX_set_options(&ctx,
                         SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
     if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1) {

@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import shutil
+import socket as socket_module
 import ssl
 import subprocess
 from pathlib import Path
@@ -380,3 +381,33 @@ def test_the_local_provider_starts_agents_that_verify_the_server(procs, tmp_path
     assert f"with https://127.0.0.1:{server.port}" in log, log
     chunks = server.api("GET", f"/v1/jobs/{created['id']}/logs")["chunks"]
     assert "".join(c["data"] for c in chunks) == f"cloud on {node}\n"
+
+
+def test_an_empty_idempotency_key_is_refused_over_https(procs, tmp_path, pki):
+    """The TLS listener keeps the raw request heads too: an empty key is a 400,
+    and the kept-alive connection goes on serving a real key and its replay."""
+    from test_submission_checks import submission  # the same raw requests as over plain HTTP
+
+    server = tls_server(procs, tmp_path, pki)
+    context = ssl.create_default_context(cafile=str(pki["ca"]))
+    raw = socket_module.create_connection(("127.0.0.1", server.port), timeout=15)
+    replies = []
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        stream = sock.makefile("rb")
+        for request in (submission(server.admin_token, b"Idempotency-Key:\r\n"),
+                        submission(server.admin_token, b"Idempotency-Key: k-1\r\n"),
+                        submission(server.admin_token, b"Idempotency-Key: k-1\r\n")):
+            sock.sendall(request)
+            status = int(stream.readline().split()[1])
+            length = 0
+            while (line := stream.readline().strip()):
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            replies.append((status, json.loads(stream.read(length) or b"null")))
+    assert replies[0][0] == 400, replies[0]
+    assert "Idempotency-Key" in replies[0][1]["detail"]
+    assert replies[1][0] == 201 and replies[2][0] == 201
+    assert replies[1][1]["id"] == replies[2][1]["id"]
+    jobs = server.api("GET", "/v1/jobs")["jobs"]
+    assert len(jobs) == 1
