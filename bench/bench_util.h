@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::flow::bench {

@@ -49,7 +49,7 @@
 #include <thread>
 #include <vector>
 
-#include "device/testing/kernels.h"
+#include "exchange/device/testing/kernels.h"
 #include "ferry/c/abi.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
@@ -57,7 +57,7 @@
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/type.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry::device::bench {
 namespace {

@@ -1,6 +1,6 @@
 """Markdown tables of one dataflow benchmark run (bench/dataflow/run.sh):
 node→node and operator→operator one-way latency of Ferry, next to the raw
-transport, dora-rs and this machine's floor, with the ratios issue 5 names.
+transport, dora-rs and this machine's floor, with the ratios of its goals.
 
     python bench/dataflow/report.py --results a.json b.json ... [--floor floor.txt]
         [--machine machine.txt] [--missing "name=reason"] ...
@@ -240,7 +240,7 @@ def main() -> int:
     lines += [""] + operator_section(records)
     checked = goals(records)
     if checked:
-        lines += ["", "Goals (issue 5), from the p50 figures above:", ""] + checked
+        lines += ["", "Goals, from the p50 figures above:", ""] + checked
     if floor:
         lines += ["", "Floor (floor.c, sender and receiver on two cores): futex one-way p50 "
                   f"{us(floor.get('futex_oneway_p50_us'))} µs, p99 "

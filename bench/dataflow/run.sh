@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dataflow runtime benchmark (issue 5), in one run: one-way latency by
+# The dataflow runtime benchmark, in one run: one-way latency by
 # payload size (bench/transport/common.py's SIZES, 8 B to 40 MB) of
 #   - node→node through `ferry run`: C++ and Python nodes, loaned and copying
 #     sends (nodes_bench.py; the C++ nodes are ferry_flow_bench), plus C++

@@ -1,4 +1,4 @@
-// Scheduling core throughput (issue 7): one Scheduler::Cycle on a large
+// Scheduling core throughput: one Scheduler::Cycle on a large
 // fleet, per queue ordering, on an empty fleet (every pending job competes
 // for all GPUs) and on a 90%-full one (running jobs, preemption candidates,
 // reservations). Reports decision latency and placements per second.

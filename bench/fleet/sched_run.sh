@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `scripts/bench sched`: the scheduling core's throughput (issue 7) next to
+# `scripts/bench sched`: the scheduling core's throughput next to
 # this machine's floor, in one run. One Scheduler::Cycle over 10,000 nodes x
 # 8 GPUs with 100,000 pending jobs (mixed gangs, quotas on), per ordering, on
 # an empty and a 90%-full fleet (bench/fleet/sched_bench.cc). Prints markdown.

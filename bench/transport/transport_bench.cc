@@ -54,7 +54,7 @@
 #include "bench_util.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/builder.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 #include "ferry/flow/transport.h"
 

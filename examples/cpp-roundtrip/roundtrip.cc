@@ -4,7 +4,7 @@
 
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/sample.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 ferry::Status RoundTrip() {
   FERRY_ASSIGN_OR_RAISE(auto batch, ferry::MakeSampleBatch(5));  // id, name, score, tags

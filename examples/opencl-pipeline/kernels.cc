@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "device/testing/kernels.h"
+#include "exchange/device/testing/kernels.h"
 
 #ifdef FERRY_HAVE_OPENCL
 #include <CL/cl.h>

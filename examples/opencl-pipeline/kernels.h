@@ -2,7 +2,7 @@
 // start, start+1, ... and sum n int64 values, both on the device, enqueued
 // on the caller's queue (so they are ordered after any wait enqueued there).
 // OpenCL runs the OpenCL C kernels of kernels.cc; CUDA runs Ferry's CUDA
-// test kernels (src/device/testing); the CPU runs plain loops.
+// test kernels (src/exchange/device/testing); the CPU runs plain loops.
 #pragma once
 
 #include <cstdint>

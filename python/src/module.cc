@@ -22,7 +22,7 @@
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/validate.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "objects.h"
 
 namespace py = pybind11;

@@ -11,7 +11,7 @@
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/stream.h"
 #include "ferry/exchange/type.h"
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/sched.h"
 
 namespace ferry::cli {

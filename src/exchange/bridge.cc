@@ -17,16 +17,14 @@
 #include "exchange/bridge_internal.h"
 #include "exchange/validate_internal.h"
 #include "ferry/exchange/validate.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry {
 namespace internal {
 
-std::string Quoted(std::string_view name) { return QuoteName(name); }
-
 std::string ChildPath(const std::string& parent, const DataType& parent_type, int64_t index,
                       std::string_view child_name) {
-  const NodePath parent_path = NodePath::Root(parent);
+  const ColumnPath parent_path = ColumnPath::Root(parent);
   return parent_path.Child(parent_type.id, index, child_name).Render();
 }
 
@@ -36,8 +34,6 @@ namespace {
 
 using internal::ArrayExportOptions;
 using internal::ImportedArrayHolder;
-using internal::NodePath;
-using internal::Quoted;
 using internal::ValueRead;
 using internal::ValueReader;
 using telemetry::Counter;
@@ -294,7 +290,7 @@ Status ExportSchemaMember(std::string_view format, std::string_view name, const 
     for (size_t index = 0; status.ok() && index < children.size(); ++index) {
       const Field& field = children[index];
       if (field.type == nullptr) {
-        status = Status::Invalid("field " + Quoted(field.name) + " has no type");
+        status = Status::Invalid("field " + QuoteName(field.name) + " has no type");
         break;
       }
       status =
@@ -417,7 +413,7 @@ size_t ArrayExtraBytes(const ArrayDataPtr& data) {
   return (buffers + 1) * sizeof(const void*) + variadic * sizeof(int64_t);
 }
 
-Status ExportArrayMember(const ArrayDataPtr& data, const NodePath& path,
+Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
                          const ArrayExportOptions& options, ArrayRecord* record, char** extra,
                          ArrowArray* out);
 
@@ -425,7 +421,7 @@ Status ExportArrayMember(const ArrayDataPtr& data, const NodePath& path,
 // as children of a `parent_id` node) and `dictionary` (if not null) as one
 // family; null when there is neither.
 Status ExportArrayFamily(const std::vector<ArrayDataPtr>& children, const ArrayDataPtr& dictionary,
-                         TypeId parent_id, const std::vector<Field>& fields, const NodePath& path,
+                         TypeId parent_id, const std::vector<Field>& fields, const ColumnPath& path,
                          const ArrayExportOptions& options, ArrayFamily** family_out) {
   *family_out = nullptr;
   if (children.empty() && dictionary == nullptr) return Status::OK();
@@ -438,12 +434,12 @@ Status ExportArrayFamily(const std::vector<ArrayDataPtr>& children, const ArrayD
   for (size_t index = 0; status.ok() && index < children.size(); ++index) {
     const std::string_view child_name =
         index < fields.size() ? std::string_view(fields[index].name) : std::string_view();
-    const NodePath child_path = path.Child(parent_id, static_cast<int64_t>(index), child_name);
+    const ColumnPath child_path = path.Child(parent_id, static_cast<int64_t>(index), child_name);
     status = ExportArrayMember(children[index], child_path, options, &family->records()[index],
                                &extra, &family->members()[index]);
   }
   if (status.ok() && dictionary != nullptr) {
-    const NodePath dictionary_path = path.Dictionary();
+    const ColumnPath dictionary_path = path.Dictionary();
     status = ExportArrayMember(dictionary, dictionary_path, options, family->dictionary_record(),
                                &extra, family->dictionary_slot());
   }
@@ -471,7 +467,7 @@ void FillExportedArray(ArrayRecord* record, ArrayFamily* children, int64_t n_chi
   out->private_data = record;
 }
 
-Status ExportArrayMember(const ArrayDataPtr& data, const NodePath& path,
+Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
                          const ArrayExportOptions& options, ArrayRecord* record, char** extra,
                          ArrowArray* out) {
   if (data == nullptr) return Status::Invalid(path.Render() + ": ArrayData is null");
@@ -560,7 +556,7 @@ Status ExportArrayRoot(size_t extra_bytes, ExportMember export_member) {
   return Status::OK();
 }
 
-Status ExportArrayNode(const ArrayDataPtr& data, const NodePath& path,
+Status ExportArrayNode(const ArrayDataPtr& data, const ColumnPath& path,
                        const ArrayExportOptions& options, ArrowArray* out) {
   return ExportArrayRoot(ArrayExtraBytes(data), [&](ArrayRecord* record, char** extra) {
     return ExportArrayMember(data, path, options, record, extra, out);
@@ -572,7 +568,7 @@ Status ExportArrayNode(const ArrayDataPtr& data, const NodePath& path,
 // its own (its validity is absent: a batch has no null rows).
 Status ExportBatchArray(const RecordBatch& batch, ArrowArray* out) {
   static const ArrayExportOptions kHostMemory;
-  const NodePath root = NodePath::Root("array");
+  const ColumnPath root = ColumnPath::Root("array");
   const std::vector<Field>& fields = batch.schema() ? batch.schema()->fields : NoFields();
   return ExportArrayRoot(sizeof(const void*), [&](ArrayRecord* record, char** extra) {
     const void** buffers = Carve<const void*>(extra, 1);
@@ -773,7 +769,7 @@ Result<TypePtr> MakeImportedType(const ArrowSchema& schema, DataType node,
 // Imports one schema node into `field` (and, recursively, its children and
 // dictionary). `top_level_columns`: the root is a schema, whose children
 // are named as columns ("col 'x'").
-Status ImportFieldNode(const ArrowSchema* schema, const NodePath& path, int depth,
+Status ImportFieldNode(const ArrowSchema* schema, const ColumnPath& path, int depth,
                        bool top_level_columns, SchemaImport* import, Field* field) {
   if (schema == nullptr) return Status::Invalid(path.Render() + ": ArrowSchema pointer is NULL");
   if (schema->release == nullptr) {
@@ -835,7 +831,7 @@ Status ImportFieldNode(const ArrowSchema* schema, const NodePath& path, int dept
       const ArrowSchema* child = schema->children[index];
       const std::string_view child_name =
           child != nullptr && child->name != nullptr ? child->name : "";
-      const NodePath child_path = columns ? NodePath::QuotedRoot("col", child_name)
+      const ColumnPath child_path = columns ? ColumnPath::QuotedRoot("col", child_name)
                                           : path.Child(node.id, index, child_name);
       FERRY_RETURN_NOT_OK(ImportFieldNode(child, child_path, depth + 1,
                                           /*top_level_columns=*/false, import,
@@ -851,7 +847,7 @@ Status ImportFieldNode(const ArrowSchema* schema, const NodePath& path, int dept
         return Status::Invalid(path.Render() + ": dictionary on non-integer format '" +
                                schema->format + "' (indices must be an integer type)");
       }
-      const NodePath dictionary_path = path.Dictionary();
+      const ColumnPath dictionary_path = path.Dictionary();
       FERRY_RETURN_NOT_OK(ImportFieldNode(schema->dictionary, dictionary_path, depth + 1,
                                           /*top_level_columns=*/false, import, &values));
       import->type_nesting = std::max(import->type_nesting, depth + 2);
@@ -879,7 +875,7 @@ struct ImportedField {
   int type_nesting = 0;
 };
 
-Result<ImportedField> ImportFieldTree(const ArrowSchema* schema, const NodePath& root,
+Result<ImportedField> ImportFieldTree(const ArrowSchema* schema, const ColumnPath& root,
                                       bool top_level_columns) {
   SchemaImport import;
   ImportedField imported;
@@ -893,11 +889,11 @@ Result<ImportedField> ImportFieldTree(const ArrowSchema* schema, const NodePath&
 // Array import
 // ============================================================================
 
-Status ImportError(const NodePath& path, const std::string& rule) {
+Status ImportError(const ColumnPath& path, const std::string& rule) {
   return Status::Invalid(path.Render() + ": " + rule);
 }
 
-Status CheckedMultiply(int64_t count, int64_t width, const NodePath& path, int64_t* product) {
+Status CheckedMultiply(int64_t count, int64_t width, const ColumnPath& path, int64_t* product) {
   if (__builtin_mul_overflow(count, width, product)) {
     return ImportError(path, "buffer size overflows int64");
   }
@@ -907,7 +903,7 @@ Status CheckedMultiply(int64_t count, int64_t width, const NodePath& path, int64
 // A buffer other than validity must be present when the array has values and
 // the buffer has bytes; zero-length arrays may omit any buffer.
 Status RequirePresent(const ArrowArray& array, int64_t index, int64_t size, const char* what,
-                      const NodePath& path) {
+                      const ColumnPath& path) {
   if (array.length > 0 && size > 0 && array.buffers[index] == nullptr) {
     return ImportError(path, std::string(what) + " buffer (buffer " + std::to_string(index) +
                                  ") is NULL but length is " + std::to_string(array.length));
@@ -1019,7 +1015,7 @@ class BufferSizes {
 // of a list or map with values is read too, into `list_last_offset`, since
 // ValidateStructural's rules cannot read it there.
 Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int64_t end,
-                          const NodePath& path, ValueSource* source, BufferSizes* sizes,
+                          const ColumnPath& path, ValueSource* source, BufferSizes* sizes,
                           int64_t* list_last_offset) {
   const bool is_view = IsViewType(storage.id);
   sizes->Reset(static_cast<size_t>(is_view ? array.n_buffers - 1 : array.n_buffers));
@@ -1131,7 +1127,7 @@ Status ComputeBufferSizes(const ArrowArray& array, const DataType& storage, int6
 // construction, limited to what needs no byte of device memory: header
 // values, child lengths, and the fetched last offset of a list or map.
 Status CheckDeviceNode(const ArrayData& data, const DataType& storage, int64_t end,
-                       int64_t list_last_offset, const NodePath& path) {
+                       int64_t list_last_offset, const ColumnPath& path) {
   if (!HasValidityBitmap(storage.id) && storage.id != TypeId::kNull && data.null_count > 0) {
     return ImportError(path, std::string(TypeIdName(storage.id)) +
                                  " arrays have no validity bitmap, so null_count must be 0 "
@@ -1142,7 +1138,7 @@ Status CheckDeviceNode(const ArrayData& data, const DataType& storage, int64_t e
     for (size_t i = 0; i < data.children.size(); ++i) {
       if (data.children[i]->length < required) {
         return ImportError(
-            path, "child " + std::to_string(i) + " (" + Quoted(storage.children[i].name) +
+            path, "child " + std::to_string(i) + " (" + QuoteName(storage.children[i].name) +
                       ") is too short: " + reason + " needs length " + std::to_string(required) +
                       ", child has " + std::to_string(data.children[i]->length));
       }
@@ -1239,7 +1235,7 @@ struct ArrayImport {
 // While the source records, nothing is built: the walk only checks headers
 // and collects the reads, and the result is null.
 Result<std::shared_ptr<ArrayData>> ImportArrayNode(const ArrowArray* array, const TypePtr& type,
-                                                   const NodePath& path, int depth,
+                                                   const ColumnPath& path, int depth,
                                                    ArrayImport* import) {
   if (type == nullptr) return ImportError(path, "no type to import it as");
   if (array == nullptr) return ImportError(path, "ArrowArray pointer is NULL");
@@ -1311,13 +1307,13 @@ Result<std::shared_ptr<ArrayData>> ImportArrayNode(const ArrowArray* array, cons
   if (source->recording()) {
     for (int64_t i = 0; i < array->n_children; ++i) {
       const Field& child_field = type->children[static_cast<size_t>(i)];
-      const NodePath child_path = path.Child(type->id, i, child_field.name);
+      const ColumnPath child_path = path.Child(type->id, i, child_field.name);
       FERRY_RETURN_NOT_OK(
           ImportArrayNode(array->children[i], child_field.type, child_path, depth + 1, import)
               .status());
     }
     if (type->id == TypeId::kDictionary) {
-      const NodePath dictionary_path = path.Dictionary();
+      const ColumnPath dictionary_path = path.Dictionary();
       FERRY_RETURN_NOT_OK(
           ImportArrayNode(array->dictionary, type->value_type, dictionary_path, depth + 1, import)
               .status());
@@ -1346,7 +1342,7 @@ Result<std::shared_ptr<ArrayData>> ImportArrayNode(const ArrowArray* array, cons
     data->children.reserve(static_cast<size_t>(array->n_children));
     for (int64_t i = 0; i < array->n_children; ++i) {
       const Field& child_field = type->children[static_cast<size_t>(i)];
-      const NodePath child_path = path.Child(type->id, i, child_field.name);
+      const ColumnPath child_path = path.Child(type->id, i, child_field.name);
       FERRY_ASSIGN_OR_RAISE(
           std::shared_ptr<ArrayData> child,
           ImportArrayNode(array->children[i], child_field.type, child_path, depth + 1, import));
@@ -1354,7 +1350,7 @@ Result<std::shared_ptr<ArrayData>> ImportArrayNode(const ArrowArray* array, cons
     }
   }
   if (type->id == TypeId::kDictionary) {
-    const NodePath dictionary_path = path.Dictionary();
+    const ColumnPath dictionary_path = path.Dictionary();
     FERRY_ASSIGN_OR_RAISE(data->dictionary, ImportArrayNode(array->dictionary, type->value_type,
                                                             dictionary_path, depth + 1, import));
   }
@@ -1400,7 +1396,7 @@ Result<std::shared_ptr<ArrayData>> ImportHeld(const std::shared_ptr<ImportedArra
                                               const TypePtr& type, const ValueReader* reader,
                                               const TypeTrust& trust) {
   const std::shared_ptr<const void> owner = holder;
-  const NodePath root = NodePath::Root("array");
+  const ColumnPath root = ColumnPath::Root("array");
   if (reader == nullptr) {
     // ValidateStructural's rules, checked node by node during the walk. Its
     // root checks come first; a type that fails them is reported after the
@@ -1524,7 +1520,7 @@ Result<ArrayDataPtr> ImportHeldArray(const std::shared_ptr<ImportedArrayHolder>&
 Status ExportArrayWith(const ArrayDataPtr& data, ArrowArray* out,
                        const ArrayExportOptions& options) {
   if (out == nullptr) return Status::Invalid("output ArrowArray is NULL");
-  const NodePath root = NodePath::Root("array");
+  const ColumnPath root = ColumnPath::Root("array");
   return ExportArrayNode(data, root, options, out);
 }
 
@@ -1559,7 +1555,7 @@ Status ExportType(const DataType& type, ArrowSchema* out) {
 Status ExportField(const Field& field, ArrowSchema* out) {
   if (out == nullptr) return Status::Invalid("ExportField: output ArrowSchema is NULL");
   if (field.type == nullptr) {
-    return Status::Invalid("ExportField: field " + Quoted(field.name) + " has no type");
+    return Status::Invalid("ExportField: field " + QuoteName(field.name) + " has no type");
   }
   FERRY_RETURN_NOT_OK(ExportTypeTree(*field.type, field.name, field.metadata, field.nullable, out));
   telemetry::Add(Counter::kSchemaExports);
@@ -1583,7 +1579,7 @@ Status ExportSchema(const Schema& schema, ArrowSchema* out) {
 Status ExportArray(const ArrayDataPtr& data, ArrowArray* out) {
   if (out == nullptr) return Status::Invalid("ExportArray: output ArrowArray is NULL");
   static const ArrayExportOptions kHostMemory;
-  const NodePath root = NodePath::Root("array");
+  const ColumnPath root = ColumnPath::Root("array");
   Status exported = ExportArrayNode(data, root, kHostMemory, out);
   if (!exported.ok()) return exported.WithPrefix("ExportArray: ");
   telemetry::Add(Counter::kZeroCopyExports);
@@ -1615,8 +1611,8 @@ Status ExportRecordBatch(const RecordBatch& batch, ArrowArray* out, ArrowSchema*
 
 Result<Field> ImportField(const ArrowSchema* schema) {
   const bool named = schema != nullptr && schema->name != nullptr && schema->name[0] != '\0';
-  const NodePath root =
-      named ? NodePath::QuotedRoot("field", schema->name) : NodePath::Root("field");
+  const ColumnPath root =
+      named ? ColumnPath::QuotedRoot("field", schema->name) : ColumnPath::Root("field");
   FERRY_ASSIGN_OR_RAISE(ImportedField imported,
                         ImportFieldTree(schema, root, /*top_level_columns=*/false));
   telemetry::Add(Counter::kSchemaImports);
@@ -1639,7 +1635,7 @@ struct ImportedSchema {
 };
 
 Result<ImportedSchema> ImportSchemaTree(const ArrowSchema* schema) {
-  const NodePath root = NodePath::Root("schema");
+  const ColumnPath root = ColumnPath::Root("schema");
   FERRY_ASSIGN_OR_RAISE(ImportedField imported,
                         ImportFieldTree(schema, root, /*top_level_columns=*/true));
   if (imported.field.type->id != TypeId::kStruct) {
@@ -1667,8 +1663,8 @@ Result<ArrayDataPtr> ImportArray(ArrowArray* array, const TypePtr& type) {
 
 Result<ArrayDataPtr> ImportArray(ArrowArray* array, const ArrowSchema* schema) {
   const bool named = schema != nullptr && schema->name != nullptr && schema->name[0] != '\0';
-  const NodePath root =
-      named ? NodePath::QuotedRoot("field", schema->name) : NodePath::Root("field");
+  const ColumnPath root =
+      named ? ColumnPath::QuotedRoot("field", schema->name) : ColumnPath::Root("field");
   Result<ImportedField> imported = ImportFieldTree(schema, root, /*top_level_columns=*/false);
   if (!imported.ok()) {
     return RejectForeignArray(array, imported.status().WithPrefix("ImportArray: "));

@@ -1,5 +1,5 @@
 // Internal: the parts of the C Data bridge (bridge.cc) that the C Device Data
-// bridge (src/device/device_bridge.cc) builds on. Not installed.
+// bridge (src/exchange/device/device_bridge.cc) builds on. Not installed.
 //
 // Device memory changes two things. Export must not read buffer contents on
 // the host (a null_count Ferry does not know yet travels as -1) nor hand out
@@ -18,8 +18,9 @@
 #include <vector>
 
 #include "ferry/c/abi.h"
+#include "ferry/exchange/column_path.h"
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::internal {
@@ -97,11 +98,8 @@ struct ArrayExportOptions {
 Status ExportArrayWith(const ArrayDataPtr& data, ArrowArray* out,
                        const ArrayExportOptions& options);
 
-// Path helpers shared with validation messages (see validate.h): a name in
-// single quotes with ' and \ escaped, and the path of a child node. Both
-// build strings; walks that only need a path on failure use
-// internal::NodePath (validate_internal.h) instead.
-std::string Quoted(std::string_view name);
+// The path of a child node as a string (column_path.h); walks that only
+// need a path on failure keep a ColumnPath instead.
 std::string ChildPath(const std::string& parent, const DataType& parent_type, int64_t index,
                       std::string_view child_name);
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "testing/test_util.h"
 
 namespace ferry {

@@ -11,7 +11,7 @@
 
 #include <sys/mman.h>
 
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ferry/exchange/builder.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "testing/test_util.h"
 
 namespace ferry {

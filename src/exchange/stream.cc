@@ -8,7 +8,7 @@
 
 #include "exchange/stream_internal.h"
 #include "ferry/exchange/bridge.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry {
 

@@ -1,5 +1,5 @@
 // Internal: the C stream scaffolding that the C stream bridge (stream.cc) and
-// the C device stream bridge (src/device/device_bridge.cc) share. Both stream
+// the C device stream bridge (src/exchange/device/device_bridge.cc) share. Both stream
 // structs have the same callbacks and the same rules for errors and release;
 // only the chunk type differs. Not installed.
 #pragma once
@@ -12,9 +12,9 @@
 
 #include "ferry/c/abi.h"
 #include "ferry/exchange/bridge.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry::internal {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ferry/exchange/bridge.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "testing/test_util.h"
 
 namespace ferry {

@@ -14,54 +14,9 @@
 #include "exchange/validate_internal.h"
 
 namespace ferry {
-namespace internal {
-
-std::string QuoteName(std::string_view name) {
-  std::string quoted = "'";
-  for (char c : name) {
-    if (c == '\'' || c == '\\') quoted.push_back('\\');
-    quoted.push_back(c);
-  }
-  quoted.push_back('\'');
-  return quoted;
-}
-
-void NodePath::AppendTo(std::string* out) const {
-  if (parent_ != nullptr) parent_->AppendTo(out);
-  switch (step_) {
-    case Step::kRoot:
-      out->append(text_);
-      return;
-    case Step::kQuotedRoot:
-      out->append(prefix_).append(" ").append(QuoteName(text_));
-      return;
-    case Step::kItem:
-      out->append(".item");
-      return;
-    case Step::kEntries:
-      out->append(".entries");
-      return;
-    case Step::kRunEnds:
-      out->append(".run_ends");
-      return;
-    case Step::kValues:
-      out->append(".values");
-      return;
-    case Step::kNamed:
-      out->append(".").append(QuoteName(text_));
-      return;
-    case Step::kDictionary:
-      out->append(".dictionary");
-      return;
-  }
-}
-
-}  // namespace internal
 
 namespace {
 
-using internal::NodePath;
-using internal::QuoteName;
 
 // Deeper trees are refused before any recursion, so a hostile schema cannot
 // exhaust the stack of the validator (or of ValidateType).
@@ -78,8 +33,8 @@ std::string Concat(const Parts&... parts) {
 }
 
 // The root of ValidateStructural's paths when the caller names none.
-NodePath RootPath(const std::string& path) {
-  return NodePath::Root(path.empty() ? std::string_view("array") : std::string_view(path));
+ColumnPath RootPath(const std::string& path) {
+  return ColumnPath::Root(path.empty() ? std::string_view("array") : std::string_view(path));
 }
 
 // Unaligned-safe read of element `index` of a buffer of T: imported buffers
@@ -295,7 +250,7 @@ enum class Level : uint8_t { kLayout, kStructural, kFull };
 
 class ArrayValidator {
  public:
-  ArrayValidator(const ArrayData& data, const NodePath& path, int depth, Level level)
+  ArrayValidator(const ArrayData& data, const ColumnPath& path, int depth, Level level)
       : data_(data), path_(path), depth_(depth), level_(level) {}
 
   Status Run() {
@@ -570,13 +525,13 @@ class ArrayValidator {
 
   Status ValidateChildrenAndDictionary() const {
     for (size_t index = 0; index < data_.children.size(); ++index) {
-      const NodePath child_path =
+      const ColumnPath child_path =
           path_.Child(type_->id, static_cast<int64_t>(index), type_->children[index].name);
       FERRY_RETURN_NOT_OK(
           ArrayValidator(*data_.children[index], child_path, depth_ + 1, level_).Run());
     }
     if (data_.dictionary) {
-      const NodePath dictionary_path = path_.Dictionary();
+      const ColumnPath dictionary_path = path_.Dictionary();
       FERRY_RETURN_NOT_OK(
           ArrayValidator(*data_.dictionary, dictionary_path, depth_ + 1, level_).Run());
     }
@@ -963,7 +918,7 @@ class ArrayValidator {
   }
 
   const ArrayData& data_;
-  const NodePath& path_;
+  const ColumnPath& path_;
   const int depth_;
   const Level level_;
   const DataType* type_ = nullptr;
@@ -982,7 +937,7 @@ Status ValidateBatch(const RecordBatch& batch, Level level) {
                                   " columns but the schema has ", fields.size(), " fields"));
   }
   for (size_t index = 0; index < fields.size(); ++index) {
-    const NodePath path = NodePath::QuotedRoot("col", fields[index].name);
+    const ColumnPath path = ColumnPath::QuotedRoot("col", fields[index].name);
     const ArrayDataPtr& column = batch.columns()[index];
     if (!column) return Status::Invalid(path.Render() + ": column is missing");
     if (!TypesEqual(column->type, fields[index].type)) {
@@ -1002,7 +957,7 @@ Status ValidateBatch(const RecordBatch& batch, Level level) {
 
 namespace internal {
 
-Status CheckTypeNesting(int nesting_depth, const NodePath& path) {
+Status CheckTypeNesting(int nesting_depth, const ColumnPath& path) {
   if (nesting_depth > kMaxNestingDepth) {
     return Status::Invalid(
         Concat(path.Render(), ": type nesting is deeper than ", kMaxNestingDepth, " levels"));
@@ -1010,26 +965,26 @@ Status CheckTypeNesting(int nesting_depth, const NodePath& path) {
   return Status::OK();
 }
 
-Status ValidateRootType(const DataType& type, const NodePath& path) {
+Status ValidateRootType(const DataType& type, const ColumnPath& path) {
   FERRY_RETURN_NOT_OK(CheckTypeNesting(TypeNestingDepth(type), path));
   Status type_status = ValidateType(type);
   if (!type_status.ok()) return type_status.WithPrefix(path.Render() + ": ");
   return Status::OK();
 }
 
-Status ValidateNodeStructure(const ArrayData& node, const NodePath& path) {
+Status ValidateNodeStructure(const ArrayData& node, const ColumnPath& path) {
   return ArrayValidator(node, path, 0, Level::kStructural).RunNodeOnly();
 }
 
 }  // namespace internal
 
 Status ValidateStructural(const ArrayData& data, const std::string& path) {
-  const NodePath root = RootPath(path);
+  const ColumnPath root = RootPath(path);
   return ArrayValidator(data, root, 0, Level::kStructural).Run();
 }
 
 Status ValidateFull(const ArrayData& data, const std::string& path) {
-  const NodePath root = RootPath(path);
+  const ColumnPath root = RootPath(path);
   return ArrayValidator(data, root, 0, Level::kFull).Run();
 }
 

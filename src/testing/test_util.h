@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/exchange/status.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/status.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry::testing {
 

@@ -1,4 +1,4 @@
-"""Restarted consumers under real `ferry run` processes (issue 13).
+"""Restarted consumers under real `ferry run` processes.
 
 A producer sends a fixed number of messages on a fast timer and finishes; a
 consumer with `restart: on-failure` crashes at random points (an exception,

@@ -1,4 +1,4 @@
-"""Typed metadata (issue 13): ints, floats (NaN and infinities too), bools,
+"""Typed metadata: ints, floats (NaN and infinities too), bools,
 strings, lists and nested dicts arrive exactly as sent, through
 Publisher/Subscriber and through Node, between Python processes and through
 a C++ node and a C node under `ferry run`; past the documented limits (64-bit

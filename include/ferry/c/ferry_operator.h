@@ -129,7 +129,7 @@ typedef struct FerryOperatorHost {
   int (*get_device)(void* context, int32_t device_type, int64_t device_id,
                     FerryOperatorDevice* out);
   /* Adds `value` to the host's telemetry counter `counter` (a name of
-   * ferry/telemetry/telemetry.h, e.g. "bytes_copied_d2h" or
+   * ferry/base/telemetry.h, e.g. "bytes_copied_d2h" or
    * "fallback_crosses_process"), so that copies an operator makes are
    * counted with the host's. Unknown names are ignored. */
   void (*add_telemetry)(void* context, const char* counter, int64_t value);

@@ -26,7 +26,7 @@
 #include "ferry/c/abi.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::device {

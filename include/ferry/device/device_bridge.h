@@ -29,7 +29,7 @@
 #include "ferry/device/device.h"
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::device {
 

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "ferry/device/device.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::device {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ferry/device/device.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 
 namespace ferry::device {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ferry/exchange/buffer.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {

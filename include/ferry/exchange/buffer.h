@@ -10,7 +10,7 @@
 #include <memory>
 #include <string_view>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry {
 

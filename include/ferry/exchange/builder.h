@@ -29,7 +29,7 @@
 
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {

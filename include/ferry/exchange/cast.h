@@ -7,7 +7,7 @@
 #pragma once
 
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {

@@ -11,7 +11,7 @@
 
 #include "ferry/c/abi.h"
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry {
 

@@ -30,7 +30,7 @@
 #pragma once
 
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/store.h"
 
 namespace ferry::fleet {

@@ -55,7 +55,7 @@ inline constexpr std::string_view kNodeLost = "NODE_LOST";               // leas
 inline constexpr std::string_view kRequeued = "REQUEUED";
 inline constexpr std::string_view kRetryLimit = "RETRY_LIMIT";
 inline constexpr std::string_view kPreemptedByPriority = "PREEMPTED_BY_PRIORITY";
-// Scheduling policies (issue 7).
+// Scheduling policies.
 inline constexpr std::string_view kQuotaExceeded = "QUOTA_EXCEEDED";     // over quota, nothing to borrow
 inline constexpr std::string_view kPolicy = "POLICY";                    // held by a policy (backfill reservation, preemption rate limit)
 inline constexpr std::string_view kWaitingForPreemption = "WAITING_FOR_PREEMPTION";  // victims are ending
@@ -106,7 +106,7 @@ struct JobSpec {
   int64_t max_runtime_seconds = 0;           // 0: unlimited
   int max_retries = 3;                       // requeues after LOST/PREEMPTED
   std::map<std::string, std::string> labels;
-  // Scheduling hints (issue 7).
+  // Scheduling hints.
   std::string topology;                      // "", "same_node" or "same_domain" (a preference)
   std::vector<std::string> datasets;         // data sets the job reads (locality scoring)
   std::string pool_set;                      // the scheduler config's pool set; "": the first

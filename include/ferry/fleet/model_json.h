@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/model.h"
 #include "ferry/fleet/store.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/sched.h"
 
 namespace ferry::fleet {

@@ -1,4 +1,4 @@
-// The scheduling core (issue 7): one library used by `ferry server` and by
+// The scheduling core: one library used by `ferry server` and by
 // the simulator (`ferry sim`) alike. Each cycle takes a snapshot of the world
 // (nodes and their GPUs, running jobs, pending jobs, capacity being
 // provisioned) and returns what to do: placements, preemptions, provisioning
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/store.h"  // Placement, TaskPlacement, PendingReason
 
 namespace ferry::fleet::sched {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/sched.h"
 
 namespace ferry::fleet {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::fleet {
 

@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/hash.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/model.h"
 
 namespace ferry::fleet {
@@ -347,8 +348,5 @@ class Store {
 //   "postgresql://user@host:port/db?..." or any libpq connection URI
 // Errors name the URL (without its password) and the failing step.
 Result<std::unique_ptr<Store>> OpenStore(const std::string& url);
-
-// Hex SHA-256, used for token hashes and idempotency request hashes.
-std::string Sha256Hex(std::string_view data);
 
 }  // namespace ferry::fleet

@@ -40,15 +40,10 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/source_location.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow {
-
-// Where a YAML element was written (1-based; 0 when unknown).
-struct SourceLocation {
-  int line = 0;
-  int column = 0;
-};
 
 enum class RestartPolicy : uint8_t { kNever, kOnFailure, kAlways };
 const char* RestartPolicyName(RestartPolicy policy);

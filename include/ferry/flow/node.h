@@ -78,7 +78,7 @@
 
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow {
 

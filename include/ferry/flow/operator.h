@@ -48,7 +48,7 @@
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 // Identifies the C++ build of Ferry that a runtime and an operator were

@@ -37,7 +37,7 @@
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow {
 

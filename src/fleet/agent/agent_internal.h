@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/store.h"
 #include "fleet/agent/task_runner.h"
 

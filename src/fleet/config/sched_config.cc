@@ -4,7 +4,6 @@
 // where the field was written.
 #include "ferry/fleet/sched_config.h"
 
-#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -22,13 +21,12 @@
 #include <utility>
 #include <vector>
 
-#include "flow/dataflow/yaml_tree.h"
+#include "base/yaml_tree.h"
+#include "ferry/base/hash.h"
 
 namespace ferry::fleet {
 namespace {
 
-namespace yaml = flow::yaml;
-using flow::SourceLocation;
 using yaml::Node;
 using yaml::Ref;
 
@@ -473,23 +471,6 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   return text;
 }
 
-std::string ContentDigest(std::string_view text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
-    // No digest (should not happen): fall back to std::hash, still content-based.
-    return "h" + std::to_string(std::hash<std::string_view>{}(text)) + ":" +
-           std::to_string(text.size());
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < length; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
-
 int64_t NowNs() {
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
@@ -545,7 +526,7 @@ Result<std::optional<sched::Config>> ConfigWatcher::Poll() {
   }
   const int64_t read_ns = NowNs();
   auto text = ReadWholeFile(path_);
-  std::string digest = text.ok() ? ContentDigest(*text) : "unreadable";
+  std::string digest = text.ok() ? Sha256Hex(*text) : "unreadable";
   const std::string key = std::to_string(mtime_ns) + " " + std::to_string(size) + " " +
                           std::to_string(read_ns) + " " + digest;
   std::string previous_digest;

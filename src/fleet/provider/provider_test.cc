@@ -290,7 +290,7 @@ TEST(ResilientProvider, EveryCallKindGoesThroughRetries) {
   EXPECT_EQ(provider.TakeInterruptions(), std::vector<std::string>{"spot-1"});
 }
 
-// Issue 7's "provider fails then recovers" at the adapter level.
+// A provider that fails, then recovers, at the adapter level.
 TEST(ResilientProvider, FailsThenRecoversThroughTheCircuitBreaker) {
   FakeClock fake;
   auto inner = std::make_unique<ScriptedProvider>();

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/server.h"
 
 namespace httplib {

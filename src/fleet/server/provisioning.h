@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/provider.h"
 #include "ferry/fleet/sched.h"
 #include "ferry/fleet/store.h"

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/model.h"
 #include "ferry/fleet/store.h"
 

@@ -927,7 +927,7 @@ TEST(FleetServer, StopsOnSigterm) {
   ASSERT_OK(status);
 }
 
-// ---- Scheduling with the core (issue 7).
+// ---- Scheduling with the core.
 
 void WriteText(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";

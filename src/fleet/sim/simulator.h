@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/fleet/sched.h"
 #include "fleet/sim/trace.h"
 

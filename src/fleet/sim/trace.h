@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::fleet::sim {
 

@@ -95,7 +95,7 @@ const std::vector<Migration>& Migrations() {
        }},
       {2,
        {
-           // ---- Scheduling (issue 7). A preempted attempt keeps running until
+           // ---- Scheduling. A preempted attempt keeps running until
            // its tasks end; these say why it must stop and how long it gets.
            "ALTER TABLE jobs ADD COLUMN preempt_reason TEXT NOT NULL DEFAULT ''",
            "ALTER TABLE jobs ADD COLUMN preempted_for BIGINT NOT NULL DEFAULT 0",

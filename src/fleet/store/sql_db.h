@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::fleet::sql {
 

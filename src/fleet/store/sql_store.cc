@@ -2,7 +2,6 @@
 // once here and runs on SQLite and PostgreSQL. Every public method is one
 // transaction (Run), retried when the database asks for it (SQLITE_BUSY, a
 // serialization failure or deadlock, a dropped connection).
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1803,20 +1802,6 @@ Result<std::unique_ptr<Store>> OpenStore(const std::string& url) {
   Status migrated = store->Migrate();
   if (!migrated.ok()) return migrated.WithPrefix("store " + shown + ": migrate: ");
   return std::unique_ptr<Store>(std::move(store));
-}
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(length * 2);
-  for (unsigned int i = 0; i < length; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 0xf];
-  }
-  return out;
 }
 
 }  // namespace ferry::fleet

@@ -37,7 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"
 #include "flow/daemon/plan.h"
 #include "flow/daemon/summary.h"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow::daemon {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"
 #include "ferry/flow/node.h"
 

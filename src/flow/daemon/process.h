@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "flow/transport/shm.h"
 
 namespace ferry::flow::daemon {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "flow/daemon/plan.h"
 #include "flow/daemon/process.h"
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "flow/dataflow/dataflow_internal.h"
-#include "flow/dataflow/yaml_tree.h"
+#include "base/yaml_tree.h"
 
 namespace ferry::flow {
 namespace {

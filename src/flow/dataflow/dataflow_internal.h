@@ -6,9 +6,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"
-#include "flow/dataflow/yaml_tree.h"
+#include "base/yaml_tree.h"
 
 namespace ferry::flow::internal {
 

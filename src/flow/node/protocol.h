@@ -58,7 +58,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow::protocol {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <string>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::flow::internal {

@@ -17,7 +17,7 @@
 
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/bridge.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/operator/metadata_json.h"
 #include "flow/operator/schema_cache.h"
 

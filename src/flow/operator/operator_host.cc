@@ -18,7 +18,7 @@
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/flow/operator.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/operator/metadata_json.h"
 #include "flow/operator/schema_cache.h"
 #include "flow/operator/shared_array.h"

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "ferry/c/ferry_operator.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/flow/node.h"
 #include "flow/operator/operator_list.h"
 

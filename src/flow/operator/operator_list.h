@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"
 
 namespace ferry::flow {

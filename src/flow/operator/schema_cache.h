@@ -13,7 +13,7 @@
 #include <string>
 
 #include "ferry/c/abi.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::flow::internal {

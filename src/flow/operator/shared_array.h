@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "ferry/c/abi.h"
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow::internal {
 

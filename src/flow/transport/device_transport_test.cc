@@ -19,12 +19,12 @@
 #include <thread>
 #include <vector>
 
-#include "device/testing/child_process.h"
-#include "device/testing/kernels.h"
+#include "exchange/device/testing/child_process.h"
+#include "exchange/device/testing/kernels.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/flow/transport.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/transport/transport_test_util.h"
 #include "flow/transport/wire.h"
 #include "testing/test_util.h"

@@ -26,7 +26,7 @@
 #include <string>
 #include <type_traits>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 #include "flow/transport/ring.h"
 
 namespace ferry::flow::internal {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ferry/flow/transport.h"
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/transport/device_transport.h"
 #include "flow/transport/futex.h"
 #include "flow/transport/protocol.h"

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow::internal {
 

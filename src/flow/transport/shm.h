@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "ferry/exchange/status.h"
+#include "ferry/base/status.h"
 
 namespace ferry::flow::internal {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <thread>
 
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/transport/device_transport.h"
 #include "flow/transport/subscriber_impl.h"
 #include "flow/transport/wire.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ferry/telemetry/telemetry.h"
+#include "ferry/base/telemetry.h"
 #include "flow/transport/transport_test_util.h"
 #include "testing/test_util.h"
 

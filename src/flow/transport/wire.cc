@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/exchange/column_path.h"
 #include "ferry/exchange/validate.h"
 
 namespace ferry::flow::wire {
@@ -64,83 +65,14 @@ static_assert(std::is_trivially_copyable_v<HeaderPrefix> &&
 
 constexpr uint64_t PadTo8(uint64_t size) { return (size + 7) & ~uint64_t{7}; }
 
-// ---- Column paths, rendered only when an error needs one ---------------------------
+// ---- Column paths (ferry/exchange/column_path.h), rendered only when an error needs one
 
-enum class StepKind : uint8_t { kColumn, kNamed, kItem, kEntries, kRunEnds, kValues, kDictionary };
-
-// One step of a column path (validate.h's syntax), linked to its parent on
-// the stack so that the success path builds no strings.
-struct PathStep {
-  const PathStep* parent;
-  StepKind kind;
-  std::string_view name;
-};
-
-StepKind ChildStepKind(TypeId parent_id, size_t child_index) {
-  switch (parent_id) {
-    case TypeId::kList:
-    case TypeId::kLargeList:
-    case TypeId::kListView:
-    case TypeId::kLargeListView:
-    case TypeId::kFixedSizeList:
-      return StepKind::kItem;
-    case TypeId::kMap:
-      return StepKind::kEntries;
-    case TypeId::kRunEndEncoded:
-      return child_index == 0 ? StepKind::kRunEnds : StepKind::kValues;
-    default:
-      return StepKind::kNamed;
-  }
+ColumnPath ChildStep(const ColumnPath& parent, const DataType& parent_type, size_t child_index) {
+  return parent.Child(parent_type.id, static_cast<int64_t>(child_index),
+                      parent_type.children[child_index].name);
 }
 
-PathStep ChildStep(const PathStep& parent, const DataType& parent_type, size_t child_index) {
-  return PathStep{&parent, ChildStepKind(parent_type.id, child_index),
-                  parent_type.children[child_index].name};
-}
-
-void AppendQuoted(std::string* out, std::string_view name) {
-  out->push_back('\'');
-  for (char c : name) {
-    if (c == '\'' || c == '\\') out->push_back('\\');
-    out->push_back(c);
-  }
-  out->push_back('\'');
-}
-
-void AppendPath(std::string* out, const PathStep& step) {
-  if (step.parent != nullptr) AppendPath(out, *step.parent);
-  switch (step.kind) {
-    case StepKind::kColumn:
-      *out += "col ";
-      AppendQuoted(out, step.name);
-      return;
-    case StepKind::kNamed:
-      out->push_back('.');
-      AppendQuoted(out, step.name);
-      return;
-    case StepKind::kItem:
-      *out += ".item";
-      return;
-    case StepKind::kEntries:
-      *out += ".entries";
-      return;
-    case StepKind::kRunEnds:
-      *out += ".run_ends";
-      return;
-    case StepKind::kValues:
-      *out += ".values";
-      return;
-    case StepKind::kDictionary:
-      *out += ".dictionary";
-      return;
-  }
-}
-
-std::string PathText(const PathStep& step) {
-  std::string text;
-  AppendPath(&text, step);
-  return text;
-}
+ColumnPath ColumnRoot(std::string_view name) { return ColumnPath::QuotedRoot("col", name); }
 
 // ---- The expected shape of a node ------------------------------------------------------
 
@@ -160,8 +92,8 @@ bool BufferCountFits(const DataType& type, uint64_t buffer_count) {
 
 // ---- Header encoding ---------------------------------------------------------------------
 
-Status EncodeError(const PathStep& path, const std::string& rule) {
-  return Status::Invalid("cannot encode message header: " + PathText(path) + ": " + rule);
+Status EncodeError(const ColumnPath& path, const std::string& rule) {
+  return Status::Invalid("cannot encode message header: " + path.Render() + ": " + rule);
 }
 
 // Walks a batch in record order, writing records into `out` while they fit
@@ -189,7 +121,7 @@ class HeaderWriter {
     return out_ + cursor_;
   }
 
-  Status WriteNode(const ArrayData& data, const PathStep& path, int depth) {
+  Status WriteNode(const ArrayData& data, const ColumnPath& path, int depth) {
     if (depth > kMaxNestingDepth) {
       return EncodeError(path, "nesting deeper than " + std::to_string(kMaxNestingDepth));
     }
@@ -234,19 +166,19 @@ class HeaderWriter {
     }
     for (size_t child_index = 0; child_index < data.children.size(); ++child_index) {
       const ArrayDataPtr& child = data.children[child_index];
-      const PathStep child_path = ChildStep(path, type, child_index);
+      const ColumnPath child_path = ChildStep(path, type, child_index);
       if (child == nullptr) return EncodeError(child_path, "child array is missing");
       FERRY_RETURN_NOT_OK(WriteNode(*child, child_path, depth + 1));
     }
     if (has_dictionary) {
-      const PathStep dictionary_path{&path, StepKind::kDictionary, {}};
+      const ColumnPath dictionary_path = path.Dictionary();
       FERRY_RETURN_NOT_OK(WriteNode(*data.dictionary, dictionary_path, depth + 1));
     }
     return Status::OK();
   }
 
  private:
-  Status WriteBuffer(const Buffer* buffer, const PathStep& path, size_t buffer_index) {
+  Status WriteBuffer(const Buffer* buffer, const ColumnPath& path, size_t buffer_index) {
     uint8_t* slot = Reserve(kBufferRecordSize);
     cursor_ += kBufferRecordSize;
     ++buffer_count_;
@@ -257,7 +189,7 @@ class HeaderWriter {
     } else {
       Result<BufferLocation> located = (*locate_)(*buffer);
       if (!located.ok()) {
-        return located.status().WithPrefix("cannot encode message header: " + PathText(path) +
+        return located.status().WithPrefix("cannot encode message header: " + path.Render() +
                                            ": buffer " + std::to_string(buffer_index) + ": ");
       }
       const BufferLocation& location = *located;
@@ -345,7 +277,7 @@ Result<int64_t> WriteHeader(const RecordBatch& batch, const Metadata& message_me
   writer.set_cursor(kHeaderPrefixSize + metadata_padded);
 
   for (size_t column_index = 0; column_index < fields.size(); ++column_index) {
-    const PathStep path{nullptr, StepKind::kColumn, fields[column_index].name};
+    const ColumnPath path = ColumnRoot(fields[column_index].name);
     const ArrayDataPtr& column = batch.columns()[column_index];
     if (column == nullptr) return EncodeError(path, "column is missing");
     FERRY_RETURN_NOT_OK(writer.WriteNode(*column, path, 0));
@@ -438,8 +370,8 @@ Status ReadMetadataPairs(ByteReader* reader, uint32_t count, std::string_view wh
 
 Status HeaderError(const std::string& rule) { return Status::Invalid("message header: " + rule); }
 
-Status NodeError(const PathStep& path, const std::string& rule) {
-  return Status::Invalid("message header: " + PathText(path) + ": " + rule);
+Status NodeError(const ColumnPath& path, const std::string& rule) {
+  return Status::Invalid("message header: " + path.Render() + ": " + rule);
 }
 
 std::string TypeIdText(uint8_t type_id) {
@@ -480,7 +412,7 @@ class HeaderReader {
   uint32_t nodes_left() const { return nodes_left_; }
   uint32_t buffers_left() const { return buffers_left_; }
 
-  Result<ArrayDataPtr> ReadNode(const TypePtr& type_pointer, const PathStep& path, int depth) {
+  Result<ArrayDataPtr> ReadNode(const TypePtr& type_pointer, const ColumnPath& path, int depth) {
     if (type_pointer == nullptr) return NodeError(path, "the schema gives this field no type");
     if (depth > kMaxNestingDepth) {
       return NodeError(path, "nesting deeper than " + std::to_string(kMaxNestingDepth));
@@ -547,14 +479,14 @@ class HeaderReader {
     if (node.child_count > 0) {
       data->children.reserve(node.child_count);
       for (size_t child_index = 0; child_index < node.child_count; ++child_index) {
-        const PathStep child_path = ChildStep(path, type, child_index);
+        const ColumnPath child_path = ChildStep(path, type, child_index);
         FERRY_ASSIGN_OR_RAISE(ArrayDataPtr child,
                               ReadNode(type.children[child_index].type, child_path, depth + 1));
         data->children.push_back(std::move(child));
       }
     }
     if (needs_dictionary) {
-      const PathStep dictionary_path{&path, StepKind::kDictionary, {}};
+      const ColumnPath dictionary_path = path.Dictionary();
       FERRY_ASSIGN_OR_RAISE(data->dictionary,
                             ReadNode(type.value_type, dictionary_path, depth + 1));
     }
@@ -562,7 +494,7 @@ class HeaderReader {
   }
 
  private:
-  Result<BufferPtr> ReadBuffer(const PathStep& path, uint32_t buffer_index) {
+  Result<BufferPtr> ReadBuffer(const ColumnPath& path, uint32_t buffer_index) {
     BufferRecord record{};
     if (buffers_left_ == 0 || !records_.Read(&record)) {
       return NodeError(path, "buffer " + std::to_string(buffer_index) +
@@ -584,7 +516,7 @@ class HeaderReader {
     if (!segment_cached_ || record.segment_id != cached_segment_id_) {
       Result<SegmentView> segment = (*lookup_)(record.segment_id);
       if (!segment.ok()) {
-        return segment.status().WithPrefix("message header: " + PathText(path) + ": buffer " +
+        return segment.status().WithPrefix("message header: " + path.Render() + ": buffer " +
                                            std::to_string(buffer_index) + ": segment " +
                                            std::to_string(record.segment_id) + ": ");
       }
@@ -722,7 +654,7 @@ Result<RecordBatchPtr> DecodeHeader(const uint8_t* header, int64_t header_size,
   std::vector<ArrayDataPtr> columns;
   columns.reserve(fields.size());
   for (const Field& field : fields) {
-    const PathStep path{nullptr, StepKind::kColumn, field.name};
+    const ColumnPath path = ColumnRoot(field.name);
     FERRY_ASSIGN_OR_RAISE(ArrayDataPtr column, reader.ReadNode(field.type, path, 0));
     columns.push_back(std::move(column));
   }
@@ -764,13 +696,13 @@ class ByteSink {
   std::string out_;
 };
 
-Status SchemaEncodeError(const PathStep& path, const std::string& rule) {
-  return Status::Invalid("cannot encode schema: " + PathText(path) + ": " + rule);
+Status SchemaEncodeError(const ColumnPath& path, const std::string& rule) {
+  return Status::Invalid("cannot encode schema: " + path.Render() + ": " + rule);
 }
 
 bool FitsU32(size_t size) { return size <= std::numeric_limits<uint32_t>::max(); }
 
-Status PutMetadata(ByteSink* sink, const Metadata& metadata, const PathStep* path) {
+Status PutMetadata(ByteSink* sink, const Metadata& metadata, const ColumnPath* path) {
   if (!FitsU32(metadata.size())) {
     return path != nullptr ? SchemaEncodeError(*path, "too many metadata pairs")
                            : Status::Invalid("cannot encode schema: too many metadata pairs");
@@ -787,7 +719,7 @@ Status PutMetadata(ByteSink* sink, const Metadata& metadata, const PathStep* pat
   return Status::OK();
 }
 
-Status PutField(ByteSink* sink, const Field& field, const PathStep& path, int depth) {
+Status PutField(ByteSink* sink, const Field& field, const ColumnPath& path, int depth) {
   if (depth > kMaxNestingDepth) {
     return SchemaEncodeError(path, "nesting deeper than " + std::to_string(kMaxNestingDepth));
   }
@@ -822,7 +754,7 @@ Status PutField(ByteSink* sink, const Field& field, const PathStep& path, int de
         PutField(sink, node.children[child_index], ChildStep(path, node, child_index), depth + 1));
   }
   if (is_dictionary) {
-    const PathStep dictionary_path{&path, StepKind::kDictionary, {}};
+    const ColumnPath dictionary_path = path.Dictionary();
     FERRY_RETURN_NOT_OK(
         PutField(sink, ferry::field("", type.value_type), dictionary_path, depth + 1));
   }
@@ -841,18 +773,18 @@ class SchemaReader {
 
   // `parent` is null for a top-level column; `parent_id` says how the child
   // is named in paths.
-  Result<Field> ReadField(const PathStep* parent, TypeId parent_id, size_t child_index,
+  Result<Field> ReadField(const ColumnPath* parent, TypeId parent_id, size_t child_index,
                           bool is_dictionary_value, int depth) {
     std::string_view name;
     if (!reader_.ReadString(&name)) return Truncated(parent, "a field name");
     Field field;
     field.name = std::string(name);
-    PathStep path{parent, StepKind::kColumn, field.name};
-    if (is_dictionary_value) {
-      path.kind = StepKind::kDictionary;
-    } else if (parent != nullptr) {
-      path.kind = ChildStepKind(parent_id, child_index);
-    }
+    const ColumnPath path =
+        is_dictionary_value
+            ? (parent != nullptr ? parent->Dictionary() : ColumnPath::Root(".dictionary"))
+            : (parent != nullptr
+                   ? parent->Child(parent_id, static_cast<int64_t>(child_index), field.name)
+                   : ColumnRoot(field.name));
     if (depth > kMaxNestingDepth) {
       return Error(path, "nesting deeper than " + std::to_string(kMaxNestingDepth));
     }
@@ -862,7 +794,7 @@ class SchemaReader {
     if (!reader_.ReadString(&format)) return Truncated(&path, "the format string");
     if (!reader_.Read(&flags)) return Truncated(&path, "the field flags");
     Result<DataType> parsed = ParseFormat(format);
-    if (!parsed.ok()) return parsed.status().WithPrefix("schema: " + PathText(path) + ": ");
+    if (!parsed.ok()) return parsed.status().WithPrefix("schema: " + path.Render() + ": ");
     DataType node = parsed.MoveValueUnsafe();
     const bool has_dictionary = (flags & kFieldHasDictionary) != 0;
     if ((flags & ~(kFieldNullable | kFieldHasDictionary | kFieldDictionaryOrdered |
@@ -886,7 +818,7 @@ class SchemaReader {
     uint32_t metadata_count = 0;
     if (!reader_.Read(&metadata_count)) return Truncated(&path, "the metadata count");
     FERRY_RETURN_NOT_OK(
-        ReadMetadataPairs(&reader_, metadata_count, "schema: " + PathText(path), &field.metadata));
+        ReadMetadataPairs(&reader_, metadata_count, "schema: " + path.Render(), &field.metadata));
 
     uint32_t child_count = 0;
     if (!reader_.Read(&child_count)) return Truncated(&path, "the child count");
@@ -918,11 +850,11 @@ class SchemaReader {
   }
 
  private:
-  Status Error(const PathStep& path, const std::string& rule) {
-    return Status::Invalid("schema: " + PathText(path) + ": " + rule);
+  Status Error(const ColumnPath& path, const std::string& rule) {
+    return Status::Invalid("schema: " + path.Render() + ": " + rule);
   }
-  Status Truncated(const PathStep* path, const std::string& what) {
-    return Status::Invalid("schema: " + (path != nullptr ? PathText(*path) + ": " : "") +
+  Status Truncated(const ColumnPath* path, const std::string& what) {
+    return Status::Invalid("schema: " + (path != nullptr ? path->Render() + ": " : "") +
                            "truncated while reading " + what + " at byte " +
                            std::to_string(reader_.position()));
   }
@@ -943,7 +875,7 @@ Result<std::string> EncodeSchema(const Schema& schema) {
   FERRY_RETURN_NOT_OK(PutMetadata(&sink, schema.metadata, nullptr));
   sink.Put(static_cast<uint32_t>(schema.fields.size()));
   for (const Field& field : schema.fields) {
-    const PathStep path{nullptr, StepKind::kColumn, field.name};
+    const ColumnPath path = ColumnRoot(field.name);
     FERRY_RETURN_NOT_OK(PutField(&sink, field, path, 0));
     if (sink.bytes().size() > static_cast<uint64_t>(kMaxEncodedSize)) break;
   }
@@ -1002,7 +934,7 @@ Result<SchemaPtr> DecodeSchema(const uint8_t* data, int64_t size) {
     const Status valid = ValidateType(*field.type);
     if (!valid.ok()) {
       return valid.WithPrefix(
-          "schema: " + PathText(PathStep{nullptr, StepKind::kColumn, field.name}) + ": ");
+          "schema: " + ColumnRoot(field.name).Render() + ": ");
     }
     schema->fields.push_back(std::move(field));
   }

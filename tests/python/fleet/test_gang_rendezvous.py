@@ -1,4 +1,4 @@
-"""Gang tasks find each other (issue 13): two real agents, gangs whose tasks
+"""Gang tasks find each other: two real agents, gangs whose tasks
 rendezvous over TCP with exactly the variables PyTorch, JAX and MPI-style
 launchers read (MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK/LOCAL_RANK/...,
 JAX_*, FERRY_HOSTFILE), and two gangs at once on the same two nodes whose

@@ -1,4 +1,4 @@
-"""Submission checks of `ferry server` (issue 13): a gang no capacity could
+"""Submission checks of `ferry server`: a gang no capacity could
 ever hold is refused with 422 `unsatisfiable` by the scheduling core's own
 reasoning (nodes that are not LOST plus cloud pools at their max_nodes), and
 length limits count Unicode code points, not bytes."""

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "device/testing/kernels.h"
+#include "exchange/device/testing/kernels.h"
 #include "ferry/flow/operator.h"
 
 namespace {

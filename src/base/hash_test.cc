@@ -1,0 +1,17 @@
+#include "ferry/base/hash.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry {
+namespace {
+
+TEST(Sha256Hex, KnownDigests) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string with_nul("a\0b", 3);
+  EXPECT_NE(Sha256Hex(with_nul), Sha256Hex("a"));
+  EXPECT_EQ(Sha256Hex(with_nul).size(), 64u);
+}
+
+}  // namespace
+}  // namespace ferry
