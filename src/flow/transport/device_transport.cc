@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "ferry/device/negotiate.h"
-#include "flow/transport/wire.h"
+#include "flow/transport/batch_header.h"
+#include "flow/transport/schema_codec.h"
 
 namespace ferry::flow::internal {
 namespace {

@@ -21,12 +21,12 @@
 
 #include "exchange/device/testing/child_process.h"
 #include "exchange/device/testing/kernels.h"
+#include "ferry/base/telemetry.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/flow/transport.h"
-#include "ferry/base/telemetry.h"
+#include "flow/transport/batch_header.h"
 #include "flow/transport/transport_test_util.h"
-#include "flow/transport/wire.h"
 #include "testing/test_util.h"
 
 namespace ferry::flow {

@@ -14,10 +14,10 @@
 
 #include "ferry/flow/transport.h"
 #include "flow/transport/protocol.h"
+#include "flow/transport/schema_codec.h"
 #include "flow/transport/shm.h"
 #include "flow/transport/subscriber_impl.h"
 #include "flow/transport/transport_test_util.h"
-#include "flow/transport/wire.h"
 
 namespace ferry::flow {
 namespace {

@@ -15,15 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "ferry/flow/transport.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/flow/transport.h"
+#include "flow/transport/batch_header.h"
 #include "flow/transport/device_transport.h"
 #include "flow/transport/futex.h"
 #include "flow/transport/protocol.h"
 #include "flow/transport/ring.h"
+#include "flow/transport/schema_codec.h"
 #include "flow/transport/segment_pool.h"
 #include "flow/transport/shm.h"
-#include "flow/transport/wire.h"
 
 namespace ferry::flow {
 

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "ferry/exchange/buffer.h"
+#include "flow/transport/batch_header.h"
 #include "flow/transport/shm.h"
-#include "flow/transport/wire.h"
 
 namespace ferry::flow::internal {
 

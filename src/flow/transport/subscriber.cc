@@ -13,9 +13,10 @@
 #include <thread>
 
 #include "ferry/base/telemetry.h"
+#include "flow/transport/batch_header.h"
 #include "flow/transport/device_transport.h"
+#include "flow/transport/schema_codec.h"
 #include "flow/transport/subscriber_impl.h"
-#include "flow/transport/wire.h"
 
 namespace ferry::flow {
 namespace internal {

@@ -16,7 +16,7 @@
 #include "ferry/exchange/builder.h"
 #include "ferry/exchange/sample.h"
 #include "ferry/exchange/validate.h"
-#include "flow/transport/wire.h"
+#include "flow/transport/batch_header.h"
 #include "testing/counting_new.h"
 
 namespace ferry::flow::wire {
@@ -68,7 +68,7 @@ struct OneSegment {
   }
 };
 
-TEST(WireAllocationTest, EncodeAllocatesNothingAndDecodeOnlyBuildsTheBatch) {
+TEST(BatchHeaderAllocationTest, EncodeAllocatesNothingAndDecodeOnlyBuildsTheBatch) {
   // The message path's typical shape: 4 columns (int64, utf8, float64, list<utf8>).
   auto made = MakeSampleBatch(64);
   ASSERT_TRUE(made.ok());
@@ -163,7 +163,7 @@ int64_t DecodeAllocationsForViewBuffers(int data_buffers) {
   return decoded.ok() && (*decoded)->Equals(**batch) ? allocations : -1;
 }
 
-TEST(WireAllocationTest, DecodeAllocationsDoNotGrowWithTheBufferCount) {
+TEST(BatchHeaderAllocationTest, DecodeAllocationsDoNotGrowWithTheBufferCount) {
   const int64_t few = DecodeAllocationsForViewBuffers(2);
   const int64_t many = DecodeAllocationsForViewBuffers(40);
   ASSERT_GT(few, 0);

@@ -1,7 +1,7 @@
-// The wire format of Ferry's cross-process transport: how one message's
+// The message header of Ferry's cross-process transport: how one message's
 // record batch is described in shared memory (where each buffer lies, the
-// shape of every array node, the message metadata), and how a channel's
-// schema is encoded once.
+// shape of every array node, the message metadata). A channel's schema
+// travels apart, once (schema_codec.h). Not installed.
 //
 // The payload itself never moves: a header only says "buffer k of column c
 // is `length` bytes at `offset` in segment s". The publisher encodes a header
@@ -9,17 +9,17 @@
 // whose buffers point straight into its mapping of the segments.
 //
 // Trust. Everything a subscriber reads comes from another process through
-// memory that process may still be writing, so DecodeHeader and DecodeSchema
-// copy their input into private memory before reading any field (no field
-// is checked and then read again), check every count against the bytes that
-// remain and against the schema's shape, check every buffer range against
-// its segment with overflow-safe arithmetic, refuse nesting deeper than
-// kMaxNestingDepth, and run ValidateStructural on the result. Bad input gives
-// Invalid naming the column path and the rule, never a crash. What this
-// cannot protect against: a publisher that rewrites payload bytes (e.g. the
-// last offset of a string column) after the subscriber validated them; the
-// transport's ownership protocol (a segment is reused only after every
-// subscriber dropped it) covers honest publishers.
+// memory that process may still be writing, so DecodeHeader copies its input
+// into private memory before reading any field (no field is checked and then
+// read again), checks every count against the bytes that remain and against
+// the schema's shape, checks every buffer range against its segment with
+// overflow-safe arithmetic, refuses nesting deeper than kMaxNestingDepth, and
+// runs ValidateStructural on the result. Bad input gives Invalid naming the
+// column path and the rule, never a crash. What this cannot protect against:
+// a publisher that rewrites payload bytes (e.g. the last offset of a string
+// column) after the subscriber validated them; the transport's ownership
+// protocol (a segment is reused only after every subscriber dropped it)
+// covers honest publishers.
 //
 // Header layout (native byte order, little-endian on every platform Ferry
 // builds for; every record starts 8-byte aligned):
@@ -50,82 +50,30 @@
 // buffers and a dictionary subtree. total_size is exactly
 // 48 + pad8(metadata_bytes) + 40 * node_count + 24 * buffer_count.
 //
-// Schema layout (native byte order):
-//   u32 magic (kSchemaMagic)  u16 version (kSchemaVersion)  u16 flags (0)
-//   metadata: u32 count, then per pair u32 length + bytes, twice
-//   u32 field count, then the fields
-//   field: u32 name length, name; u32 format length, format (the C Data
-//     Interface format string of the node; for a dictionary-encoded field the
-//     index type's); u8 flags (kFieldNullable, kFieldHasDictionary,
-//     kFieldDictionaryOrdered, kFieldMapKeysSorted; other bits 0); metadata;
-//     u32 child count, the children; then, with kFieldHasDictionary, the
-//     dictionary's value type as one more field (name "", nullable).
 //
 // Thread safety: every function here is thread-safe; none keeps state.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <type_traits>
-#include <utility>
 
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
+#include "flow/transport/byte_codec.h"
+#include "flow/transport/function_ref.h"
 
 namespace ferry::flow::wire {
 
 inline constexpr uint32_t kHeaderMagic = 0x48595246;  // "FRYH" in memory
 inline constexpr uint16_t kHeaderVersion = 1;
-inline constexpr uint32_t kSchemaMagic = 0x53595246;  // "FRYS" in memory
-inline constexpr uint16_t kSchemaVersion = 1;
 
 inline constexpr int64_t kHeaderPrefixSize = 48;
 inline constexpr int64_t kNodeRecordSize = 40;
 inline constexpr int64_t kBufferRecordSize = 24;
 // The segment id of an absent (null) buffer.
 inline constexpr uint32_t kAbsentSegment = 0xFFFFFFFFu;
-// Larger headers and schemas are refused on both sides (64 MiB: about a
-// million columns).
-inline constexpr int64_t kMaxEncodedSize = int64_t{1} << 26;
-// Deeper types are refused (ValidateStructural refuses them too).
-inline constexpr int kMaxNestingDepth = 128;
-
-// Field flags of the schema encoding.
-inline constexpr uint8_t kFieldNullable = 1u << 0;
-inline constexpr uint8_t kFieldHasDictionary = 1u << 1;
-inline constexpr uint8_t kFieldDictionaryOrdered = 1u << 2;
-inline constexpr uint8_t kFieldMapKeysSorted = 1u << 3;
-
-// A non-owning reference to a callable, for callbacks on the message path: it
-// neither allocates nor copies the callable, so it must not outlive it (pass
-// a lambda directly as the argument).
-template <typename Signature>
-class FunctionRef;
-
-template <typename Return, typename... Args>
-class FunctionRef<Return(Args...)> {
- public:
-  template <typename Callable,
-            typename = std::enable_if_t<
-                !std::is_same_v<std::decay_t<Callable>, FunctionRef> &&
-                std::is_invocable_r_v<Return, std::remove_reference_t<Callable>&, Args...>>>
-  FunctionRef(
-      Callable&& callable) noexcept  // NOLINT(google-explicit-constructor): lambdas pass as is
-      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(callable)))),
-        invoke_([](void* object, Args... args) -> Return {
-          return (*static_cast<std::remove_reference_t<Callable>*>(object))(
-              std::forward<Args>(args)...);
-        }) {}
-
-  Return operator()(Args... args) const { return invoke_(object_, std::forward<Args>(args)...); }
-
- private:
-  void* object_;
-  Return (*invoke_)(void*, Args...);
-};
 
 // Where one buffer lies: `length` bytes at `offset` in segment `segment_id`.
 struct BufferLocation {
@@ -190,13 +138,5 @@ Result<RecordBatchPtr> DecodeHeader(const uint8_t* header, int64_t header_size,
                                     const std::shared_ptr<const void>& owner,
                                     Metadata* message_metadata_out = nullptr,
                                     const DecodeOptions& options = {});
-
-// The self-describing encoding of `schema` (layout above). Invalid for a type
-// that cannot be written (a null type pointer, a dictionary whose index is not
-// an integer, nesting deeper than kMaxNestingDepth).
-Result<std::string> EncodeSchema(const Schema& schema);
-// Decodes an encoded schema from untrusted bytes: all `size` bytes must be
-// consumed, every type must pass ValidateType, and field paths name the error.
-Result<SchemaPtr> DecodeSchema(const uint8_t* data, int64_t size);
 
 }  // namespace ferry::flow::wire
