@@ -108,12 +108,12 @@ bool CheckCharacters(std::string_view text, bool yaml_characters, size_t* offset
 }  // namespace
 
 Status Reporter::Error(SourceLocation location, std::string_view what) const {
-  return Status::Invalid(name_ + ":" + std::to_string(location.line) + ":" +
+  return Status::Invalid((name_.empty() ? "" : name_ + ":") + std::to_string(location.line) + ":" +
                          std::to_string(location.column) + ": " + std::string(what));
 }
 
 Status Reporter::FileError(std::string_view what) const {
-  return Status::Invalid(name_ + ": " + std::string(what));
+  return Status::Invalid((name_.empty() ? "" : name_ + ": ") + std::string(what));
 }
 
 bool CheckText(std::string_view text, size_t* offset, std::string* what) {

@@ -2,7 +2,8 @@
 // an untrusted descriptor needs: bounded size, nesting depth (also through
 // aliases) and expanded node count, valid UTF-8, one document, no alias that
 // refers to a node containing it. Every node keeps where it was written.
-// Shared by every reader of YAML (dataflow descriptors, the scheduler config).
+// Shared by every reader of YAML (dataflow descriptors, the scheduler config,
+// fleet job files, the simulator's synthetic workload config).
 // Not installed.
 #pragma once
 
@@ -12,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/base/status.h"
 #include "ferry/base/source_location.h"
+#include "ferry/base/status.h"
 
 namespace ferry::yaml {
 
@@ -25,12 +26,13 @@ inline constexpr int kMaxDepth = 64;
 // Values (scalars, lists, mappings) once every alias is expanded.
 inline constexpr uint64_t kMaxExpandedNodes = uint64_t{1} << 20;
 
-// Formats errors as "<name>:<line>:<column>: <what>".
+// Formats errors as "<name>:<line>:<column>: <what>". An empty name (text
+// that came from no file) leaves out "<name>:".
 class Reporter {
  public:
   explicit Reporter(std::string name) : name_(std::move(name)) {}
   Status Error(SourceLocation location, std::string_view what) const;
-  // An error about the whole file: "<name>: <what>".
+  // An error about the whole file: "<name>: <what>" (just <what> without a name).
   Status FileError(std::string_view what) const;
   const std::string& name() const { return name_; }
 

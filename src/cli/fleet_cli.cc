@@ -1,7 +1,6 @@
 #include "cli/fleet_cli.h"
 
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/yaml_tree.h"
 #include "cli/log_lines.h"
 #include "ferry/fleet/agent.h"
 #include "ferry/fleet/client.h"
@@ -29,7 +29,7 @@ using nlohmann::json;
 
 namespace {
 
-// ---- YAML job files.
+// ---- YAML job files (the base layer's located tree: its limits, file:line:column errors).
 
 bool LooksLikeInteger(const std::string& text) {
   size_t i = (text.size() > 1 && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
@@ -54,15 +54,33 @@ bool LooksLikeFloat(const std::string& text, double* out) {
   return true;
 }
 
-Result<json> YamlToJson(const YAML::Node& node, const std::string& path, bool strings, int depth) {
-  if (depth > 32) return Status::Invalid(path + ": nested too deeply");
-  const std::string where = path.empty() ? "the document" : path;
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
+const char* KindName(const yaml::Node& node) {
+  switch (node.kind) {
+    case yaml::Node::Kind::kNull:
+      return "null";
+    case yaml::Node::Kind::kScalar:
+      return "a scalar";
+    case yaml::Node::Kind::kSequence:
+      return "a list";
+    case yaml::Node::Kind::kMapping:
+      return "a mapping";
+  }
+  return "a value";
+}
+
+// The JSON form of one value; `path` names it in errors ("env.SEED", "command[2]").
+Result<json> YamlToJson(const yaml::Reporter& reporter, const yaml::Ref& ref,
+                        const std::string& path, bool strings, int depth) {
+  const std::string where = path.empty() ? "(top level)" : path;
+  if (depth > 32) return reporter.Error(ref.location, where + ": nested too deeply");
+  const yaml::Node& node = *ref.node;
+  switch (node.kind) {
+    case yaml::Node::Kind::kNull:
       return json(nullptr);
-    case YAML::NodeType::Scalar: {
-      const std::string text = node.Scalar();
-      if (strings || node.Tag() != "?") return json(text);
+    case yaml::Node::Kind::kScalar: {
+      const std::string& text = node.value;
+      // Quoted and explicitly tagged scalars stay strings.
+      if (strings || !node.is_plain_scalar()) return json(text);
       if (text == "~" || text == "null" || text == "Null" || text == "NULL") return json(nullptr);
       if (text == "true" || text == "True" || text == "TRUE") return json(true);
       if (text == "false" || text == "False" || text == "FALSE") return json(false);
@@ -71,36 +89,41 @@ Result<json> YamlToJson(const YAML::Node& node, const std::string& path, bool st
       if (LooksLikeFloat(text, &value)) return json(value);
       return json(text);
     }
-    case YAML::NodeType::Sequence: {
+    case yaml::Node::Kind::kSequence: {
       json out = json::array();
-      size_t index = 0;
-      for (const auto& item : node) {
+      for (size_t index = 0; index < node.items.size(); ++index) {
         FERRY_ASSIGN_OR_RAISE(
-            json value,
-            YamlToJson(item, path + "[" + std::to_string(index++) + "]", strings, depth + 1));
+            json value, YamlToJson(reporter, node.items[index],
+                                   path + "[" + std::to_string(index) + "]", strings, depth + 1));
         out.push_back(std::move(value));
       }
       return out;
     }
-    case YAML::NodeType::Map: {
+    case yaml::Node::Kind::kMapping: {
       json out = json::object();
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) return Status::Invalid(where + ": keys must be plain strings");
-        const std::string key = entry.first.Scalar();
+      for (size_t index = 0; index + 1 < node.items.size(); index += 2) {
+        const yaml::Ref& key_ref = node.items[index];
+        yaml::Ref value_ref = node.items[index + 1];
+        if (key_ref.node->kind != yaml::Node::Kind::kScalar) {
+          return reporter.Error(key_ref.location, where + ": keys must be plain strings, got " +
+                                                      KindName(*key_ref.node));
+        }
+        const std::string& key = key_ref.node->value;
         const std::string child = path.empty() ? key : path + "." + key;
+        // An empty value is placed at the next token; its key says better where it is.
+        if (value_ref.node->kind == yaml::Node::Kind::kNull) value_ref.location = key_ref.location;
         const bool child_strings =
             strings || (path.empty() && (key == "command" || key == "env" || key == "labels" ||
                                          key == "gpu_models"));
-        if (out.contains(key)) return Status::Invalid(child + ": appears twice");
+        if (out.contains(key)) return reporter.Error(key_ref.location, child + ": appears twice");
         FERRY_ASSIGN_OR_RAISE(json value,
-                              YamlToJson(entry.second, child, child_strings, depth + 1));
+                              YamlToJson(reporter, value_ref, child, child_strings, depth + 1));
         out[key] = std::move(value);
       }
       return out;
     }
-    default:
-      return Status::Invalid(where + ": unsupported YAML node");
   }
+  return reporter.Error(ref.location, where + ": unsupported YAML node");
 }
 
 // ---- Output helpers.
@@ -177,17 +200,21 @@ bool ParseJobId(const std::string& text, int64_t* id) {
 }  // namespace
 
 Result<json> JobFileToJson(const std::string& yaml_text, const std::string& file_name) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& error) {
-    return Status::Invalid(file_name + ":" + std::to_string(error.mark.line + 1) + ":" +
-                           std::to_string(error.mark.column + 1) + ": " + error.msg);
+  const yaml::Reporter reporter(file_name);
+  if (yaml_text.size() > yaml::kMaxDocumentBytes) {
+    return reporter.FileError("the job file is " + std::to_string(yaml_text.size()) +
+                              " bytes; the limit is " + std::to_string(yaml::kMaxDocumentBytes));
   }
-  if (!root.IsMap()) return Status::Invalid(file_name + ": a job file is a mapping of fields");
-  auto body = YamlToJson(root, "", false, 0);
-  if (!body.ok()) return body.status().WithPrefix(file_name + ": ");
-  return body;
+  FERRY_ASSIGN_OR_RAISE(const yaml::Document document, yaml::Parse(yaml_text, reporter));
+  const yaml::Ref root = document.root();
+  if (root.node->kind == yaml::Node::Kind::kNull) {
+    return reporter.FileError("a job file is a mapping of fields; this one is empty");
+  }
+  if (root.node->kind != yaml::Node::Kind::kMapping) {
+    return reporter.Error(root.location, std::string("a job file is a mapping of fields, not ") +
+                                             KindName(*root.node));
+  }
+  return YamlToJson(reporter, root, "", false, 0);
 }
 
 Result<std::pair<std::string, std::string>> ParseKeyValue(const std::string& text,
@@ -393,8 +420,7 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
       ->group("Fleet connection");
   app.add_option("--token", s.token, "Bearer token for the fleet commands (default $FERRY_TOKEN)")
       ->group("Fleet connection");
-  app.add_option("--token-file", s.token_file,
-                 "File holding the token (default $FERRY_TOKEN_FILE)")
+  app.add_option("--token-file", s.token_file, "File holding the token (default $FERRY_TOKEN_FILE)")
       ->group("Fleet connection");
   app.add_option("--ca-file", s.ca_file,
                  "PEM CA certificates to verify an https server with (default $FERRY_CA_FILE, "
@@ -453,8 +479,7 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                            "docs/fleet-config.md); re-read when it changes");
   s.server_cmd->add_option("--tls-cert", so.tls_cert_file,
                            "Serve HTTPS with this PEM certificate (chain); needs --tls-key");
-  s.server_cmd->add_option("--tls-key", so.tls_key_file,
-                           "The PEM private key of --tls-cert");
+  s.server_cmd->add_option("--tls-key", so.tls_key_file, "The PEM private key of --tls-cert");
   s.server_cmd->add_option("--ca-file", so.ca_file,
                            "CA file the local provider's agents verify this server with "
                            "(default $FERRY_CA_FILE with --tls-cert)");
@@ -545,7 +570,8 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
       "drain", "Stop placing new work on a node; its running jobs go on (platform admins)");
   s.AddConnection(s.drain_cmd);
   s.drain_cmd->add_option("node", s.node_name, "Node name")->required();
-  s.undrain_cmd = app.add_subcommand("undrain", "Let a drained node take work again (platform admins)");
+  s.undrain_cmd =
+      app.add_subcommand("undrain", "Let a drained node take work again (platform admins)");
   s.AddConnection(s.undrain_cmd);
   s.undrain_cmd->add_option("node", s.node_name, "Node name")->required();
 
@@ -571,16 +597,18 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.AddConnection(s.admin_user_list);
   s.admin_user_list->add_option("--tenant", s.admin_list_tenant,
                                 "Only this tenant's users (default: every tenant)");
-  s.admin_user_revoke = admin_user->add_subcommand(
-      "revoke", "Revoke every token of a user; they get 401 at once");
+  s.admin_user_revoke =
+      admin_user->add_subcommand("revoke", "Revoke every token of a user; they get 401 at once");
   s.AddConnection(s.admin_user_revoke);
   s.admin_user_revoke->add_option("name", s.admin_name, "User name")->required();
-  s.admin_user_revoke->add_option("--tenant", s.admin_tenant, "Tenant of the user (default default)");
+  s.admin_user_revoke->add_option("--tenant", s.admin_tenant,
+                                  "Tenant of the user (default default)");
   s.admin_user_token = admin_user->add_subcommand(
       "token", "Issue a new token for an existing user (after a revoke, or to rotate)");
   s.AddConnection(s.admin_user_token);
   s.admin_user_token->add_option("name", s.admin_name, "User name")->required();
-  s.admin_user_token->add_option("--tenant", s.admin_tenant, "Tenant of the user (default default)");
+  s.admin_user_token->add_option("--tenant", s.admin_tenant,
+                                 "Tenant of the user (default default)");
 }
 
 FleetCommands::~FleetCommands() = default;
@@ -1011,11 +1039,10 @@ int FleetCommands::State::Scheduler(Client& client) {
               << body["config_error"].get<std::string>() << "\n";
   }
   const json cycle = body.value("last_cycle", json::object());
-  std::cout << "last cycle: " << Field(cycle, "pending") << " pending, "
-            << Field(cycle, "placed") << " placed, " << Field(cycle, "backfilled")
-            << " backfilled, " << Field(cycle, "preempted") << " preempted in "
-            << fixed(cycle, "elapsed_ms", 2) << " ms; preemptions so far "
-            << Field(body, "preemptions_total") << "\n";
+  std::cout << "last cycle: " << Field(cycle, "pending") << " pending, " << Field(cycle, "placed")
+            << " placed, " << Field(cycle, "backfilled") << " backfilled, "
+            << Field(cycle, "preempted") << " preempted in " << fixed(cycle, "elapsed_ms", 2)
+            << " ms; preemptions so far " << Field(body, "preemptions_total") << "\n";
   std::vector<std::vector<std::string>> shares = {{"PATH", "SHARES", "USAGE_GPU_S", "FAIR_SHARE"}};
   for (const auto& entry : body.value("fair_share", json::array())) {
     shares.push_back({Field(entry, "path"), fixed(entry, "shares", 2),
@@ -1030,8 +1057,7 @@ int FleetCommands::State::Scheduler(Client& client) {
       live += node.value("state", "") != "terminated";
     }
     providers.push_back({Field(p, "name"), Field(p, "breaker"), Field(p, "calls"),
-                         Field(p, "retries"), Field(p, "failures"),
-                         std::to_string(live)});
+                         Field(p, "retries"), Field(p, "failures"), std::to_string(live)});
   }
   if (providers.size() > 1) std::cout << "\n" << FormatTable(providers);
   return kExitOk;

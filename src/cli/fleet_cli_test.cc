@@ -50,6 +50,32 @@ TEST(JobFile, RefusesBadFiles) {
   EXPECT_FALSE(JobFileToJson("", "job.yaml").ok());
 }
 
+TEST(JobFile, ErrorsNameTheFileLineAndColumn) {
+  auto message = [](const std::string& yaml) {
+    auto parsed = JobFileToJson(yaml, "job.yaml");
+    EXPECT_FALSE(parsed.ok()) << yaml;
+    return parsed.status().message();
+  };
+  EXPECT_EQ(message("name: a\nname: b\n"), "job.yaml:2:1: name: appears twice");
+  EXPECT_EQ(message("name: a\nenv:\n  SEED: 1\n  SEED: 2\n"),
+            "job.yaml:4:3: env.SEED: appears twice");
+  EXPECT_EQ(message("- a\n- b\n"), "job.yaml:1:1: a job file is a mapping of fields, not a list");
+  EXPECT_EQ(message(""), "job.yaml: a job file is a mapping of fields; this one is empty");
+  // A bad value: an escape that makes a NUL character.
+  EXPECT_EQ(message("name: train\nworking_dir: \"a\\0b\"\n"),
+            "job.yaml:2:14: NUL character is not allowed in a string");
+  EXPECT_EQ(message("name: [unclosed\n"),
+            "job.yaml:2:1: invalid YAML: end of sequence flow not found");
+  std::string deep = "tasks: ";
+  for (int i = 0; i < 40; ++i) deep += "[";
+  for (int i = 0; i < 40; ++i) deep += "]";
+  const std::string too_deep = message(deep);
+  EXPECT_EQ(too_deep.rfind("job.yaml:1:40: tasks[0]", 0), 0u) << too_deep;
+  EXPECT_NE(too_deep.find(": nested too deeply"), std::string::npos) << too_deep;
+  EXPECT_EQ(message(std::string(2 << 20, ' ')),
+            "job.yaml: the job file is 2097152 bytes; the limit is 1048576");
+}
+
 TEST(KeyValue, Parses) {
   ASSERT_OK_AND_ASSIGN(auto pair, ParseKeyValue("A=b=c", "--env"));
   EXPECT_EQ(pair.first, "A");

@@ -212,8 +212,8 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
     for (const std::string& path : a.synthetic) {
       auto text = ReadSmallFile(path, 1 << 20);
       if (!text.ok()) return fail(text.status().message());
-      auto options = sim::ParseSyntheticOptions(*text);
-      if (!options.ok()) return fail(path + ":" + options.status().message());
+      auto options = sim::ParseSyntheticOptions(*text, path);
+      if (!options.ok()) return fail(options.status().message());
       auto generated = sim::GenerateSynthetic(*options);
       if (!generated.ok()) return fail(path + ": " + generated.status().message());
       const std::string prefix = a.synthetic.size() > 1 ? Stem(path) + "-" : "";

@@ -1,14 +1,17 @@
 // The synthetic workload generator and its YAML config.
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "base/yaml_tree.h"
 #include "fleet/sim/trace.h"
 
 namespace ferry::fleet::sim {
@@ -71,166 +74,228 @@ Status CheckChoices(const std::vector<Choice>& choices, const char* name, int mi
   return Status::OK();
 }
 
-// ---- YAML
+// ---- YAML (the base layer's located tree: its limits, file:line:column errors)
 
-std::string Where(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return "";
-  return std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
-}
+using yaml::Node;
+using yaml::Ref;
 
-Status Bad(const YAML::Node& node, const std::string& key, const std::string& message) {
-  return Status::Invalid(Where(node) + key + ": " + message);
-}
+// Reads the config's values; every error is "<file>:<line>:<column>: <key path>: <what>".
+class ConfigReader {
+ public:
+  explicit ConfigReader(const yaml::Reporter& reporter) : reporter_(reporter) {}
 
-template <typename T>
-Status Scalar(const YAML::Node& node, const std::string& key, T* out, const char* what) {
-  if (!node.IsScalar()) return Bad(node, key, std::string("expected ") + what);
-  T value;
-  if (!YAML::convert<T>::decode(node, value)) {
-    return Bad(node, key, std::string("expected ") + what + ", got '" + node.Scalar() + "'");
+  Status Bad(const Ref& at, const std::string& key, const std::string& message) const {
+    return reporter_.Error(at.location, key + ": " + message);
   }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) return Bad(node, key, "must be finite");
-  }
-  *out = value;
-  return Status::OK();
-}
 
-Status CheckKeys(const YAML::Node& map, const std::string& key, const std::set<std::string>& keys) {
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    std::string k = it->first.Scalar();
-    if (!keys.count(k)) {
-      return Bad(it->first, key.empty() ? k : key + "." + k, "unknown key");
+  // Unknown and repeated keys of a mapping are errors at the key.
+  Status CheckKeys(const Ref& map, const std::string& key,
+                   const std::set<std::string>& keys) const {
+    std::set<std::string> seen;
+    for (size_t i = 0; i + 1 < map.node->items.size(); i += 2) {
+      const Ref& key_ref = map.node->items[i];
+      const std::string& k = key_ref.node->value;
+      const std::string at = key.empty() ? k : key + "." + k;
+      if (!keys.count(k)) return Bad(key_ref, at, "unknown key");
+      if (!seen.insert(k).second) return Bad(key_ref, at, "duplicate key");
+    }
+    return Status::OK();
+  }
+
+  // The value of `key` in a mapping, or nullopt when the key is absent. An
+  // empty value is located at its key (the parser places it at the next token).
+  static std::optional<Ref> Find(const Ref& map, std::string_view key) {
+    for (size_t i = 0; i + 1 < map.node->items.size(); i += 2) {
+      if (map.node->items[i].node->value != key) continue;
+      Ref value = map.node->items[i + 1];
+      if (value.node->kind == Node::Kind::kNull) value.location = map.node->items[i].location;
+      return value;
+    }
+    return std::nullopt;
+  }
+
+  // A scalar as T: strings take any scalar; numbers need a plain scalar (or a
+  // core-schema tag) that is a whole decimal number, finite for floating point.
+  template <typename T>
+  Status Scalar(const Ref& ref, const std::string& key, T* out, const char* what) const {
+    const Node& node = *ref.node;
+    if (node.kind != Node::Kind::kScalar) return Bad(ref, key, std::string("expected ") + what);
+    if constexpr (std::is_same_v<T, std::string>) {
+      *out = node.value;
+      return Status::OK();
+    } else {
+      const std::string got = std::string("expected ") + what + ", got '" + node.value + "'";
+      const bool typed = node.tag == "?" || node.tag == "tag:yaml.org,2002:int" ||
+                         node.tag == "tag:yaml.org,2002:float";
+      std::string_view text = node.value;
+      if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+      if constexpr (std::is_floating_point_v<T>) {
+        // YAML's spellings of infinity and not-a-number read as numbers, but not finite ones.
+        std::string_view magnitude = text;
+        if (!magnitude.empty() && magnitude.front() == '-') magnitude.remove_prefix(1);
+        if (typed && (magnitude == ".inf" || magnitude == ".Inf" || magnitude == ".INF" ||
+                      text == ".nan" || text == ".NaN" || text == ".NAN")) {
+          return Bad(ref, key, "must be finite");
+        }
+      }
+      T value{};
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (!typed || text.empty() || error != std::errc() || end != text.data() + text.size()) {
+        return Bad(ref, key, got);
+      }
+      if constexpr (std::is_floating_point_v<T>) {
+        if (!std::isfinite(value)) return Bad(ref, key, "must be finite");
+      }
+      *out = value;
+      return Status::OK();
     }
   }
-  return Status::OK();
-}
 
-Status ParseChoices(const YAML::Node& node, const std::string& key, const char* value_key,
-                    std::vector<Choice>* out) {
-  if (!node.IsSequence()) return Bad(node, key, "expected a list");
-  out->clear();
-  for (size_t i = 0; i < node.size(); ++i) {
-    const YAML::Node item = node[i];
-    std::string at = key + "[" + std::to_string(i) + "]";
-    if (!item.IsMap()) return Bad(item, at, "expected a map");
-    FERRY_RETURN_NOT_OK(CheckKeys(item, at, {value_key, "probability"}));
-    if (!item[value_key]) return Bad(item, at + "." + value_key, "missing");
-    if (!item["probability"]) return Bad(item, at + ".probability", "missing");
-    Choice c;
-    FERRY_RETURN_NOT_OK(Scalar(item[value_key], at + "." + value_key, &c.value, "an integer"));
-    FERRY_RETURN_NOT_OK(
-        Scalar(item["probability"], at + ".probability", &c.probability, "a number"));
-    out->push_back(c);
+  Status ParseChoices(const Ref& ref, const std::string& key, const char* value_key,
+                      std::vector<Choice>* out) const {
+    if (ref.node->kind != Node::Kind::kSequence) return Bad(ref, key, "expected a list");
+    out->clear();
+    for (size_t i = 0; i < ref.node->items.size(); ++i) {
+      const Ref& item = ref.node->items[i];
+      const std::string at = key + "[" + std::to_string(i) + "]";
+      if (item.node->kind != Node::Kind::kMapping) return Bad(item, at, "expected a map");
+      FERRY_RETURN_NOT_OK(CheckKeys(item, at, {value_key, "probability"}));
+      const std::optional<Ref> value = Find(item, value_key);
+      const std::optional<Ref> probability = Find(item, "probability");
+      if (!value) return Bad(item, at + "." + value_key, "missing");
+      if (!probability) return Bad(item, at + ".probability", "missing");
+      Choice c;
+      FERRY_RETURN_NOT_OK(Scalar(*value, at + "." + value_key, &c.value, "an integer"));
+      FERRY_RETURN_NOT_OK(Scalar(*probability, at + ".probability", &c.probability, "a number"));
+      out->push_back(c);
+    }
+    return Status::OK();
   }
-  return Status::OK();
-}
 
-Result<SyntheticOptions> ParseYaml(std::string_view text) {
-  YAML::Node root = YAML::Load(std::string(text));
+  const yaml::Reporter& reporter() const { return reporter_; }
+
+ private:
+  const yaml::Reporter& reporter_;
+};
+
+Result<SyntheticOptions> ParseYaml(std::string_view text, const yaml::Reporter& reporter) {
+  FERRY_ASSIGN_OR_RAISE(const yaml::Document document, yaml::Parse(text, reporter));
+  const ConfigReader r(reporter);
+  const Ref root = document.root();
   SyntheticOptions o;
-  if (!root || root.IsNull()) return o;
-  if (!root.IsMap()) return Bad(root, "config", "expected a map of options");
+  if (root.node->kind == Node::Kind::kNull) return o;
+  if (root.node->kind != Node::Kind::kMapping) {
+    return r.Bad(root, "config", "expected a map of options");
+  }
   FERRY_RETURN_NOT_OK(
-      CheckKeys(root, "",
-                {"arrival_rate_per_s", "jobs", "tenants", "users_per_team", "gang_sizes",
-                 "gpus_per_task", "duration", "priorities", "preemptible_fraction", "gpu_model",
-                 "cpus_per_gpu", "memory_mb_per_gpu", "seed", "runtime_limit"}));
-  if (auto n = root["arrival_rate_per_s"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "arrival_rate_per_s", &o.arrival_rate_per_s, "a number"));
+      r.CheckKeys(root, "",
+                  {"arrival_rate_per_s", "jobs", "tenants", "users_per_team", "gang_sizes",
+                   "gpus_per_task", "duration", "priorities", "preemptible_fraction", "gpu_model",
+                   "cpus_per_gpu", "memory_mb_per_gpu", "seed", "runtime_limit"}));
+  auto find = [](const Ref& map, std::string_view key) { return ConfigReader::Find(map, key); };
+  if (auto n = find(root, "arrival_rate_per_s")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "arrival_rate_per_s", &o.arrival_rate_per_s, "a number"));
   }
-  if (auto n = root["jobs"]) FERRY_RETURN_NOT_OK(Scalar(n, "jobs", &o.jobs, "an integer"));
-  if (auto n = root["users_per_team"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "users_per_team", &o.users_per_team, "an integer"));
+  if (auto n = find(root, "jobs")) FERRY_RETURN_NOT_OK(r.Scalar(*n, "jobs", &o.jobs, "an integer"));
+  if (auto n = find(root, "users_per_team")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "users_per_team", &o.users_per_team, "an integer"));
   }
-  if (auto n = root["preemptible_fraction"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "preemptible_fraction", &o.preemptible_fraction, "a number"));
+  if (auto n = find(root, "preemptible_fraction")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "preemptible_fraction", &o.preemptible_fraction, "a number"));
   }
-  if (auto n = root["gpu_model"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "gpu_model", &o.gpu_model, "a string"));
+  if (auto n = find(root, "gpu_model")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "gpu_model", &o.gpu_model, "a string"));
   }
-  if (auto n = root["cpus_per_gpu"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "cpus_per_gpu", &o.cpus_per_gpu, "a number"));
+  if (auto n = find(root, "cpus_per_gpu")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "cpus_per_gpu", &o.cpus_per_gpu, "a number"));
   }
-  if (auto n = root["memory_mb_per_gpu"]) {
-    FERRY_RETURN_NOT_OK(Scalar(n, "memory_mb_per_gpu", &o.memory_mb_per_gpu, "an integer"));
+  if (auto n = find(root, "memory_mb_per_gpu")) {
+    FERRY_RETURN_NOT_OK(r.Scalar(*n, "memory_mb_per_gpu", &o.memory_mb_per_gpu, "an integer"));
   }
-  if (auto n = root["seed"]) FERRY_RETURN_NOT_OK(Scalar(n, "seed", &o.seed, "an integer"));
-  if (auto n = root["gang_sizes"]) {
-    FERRY_RETURN_NOT_OK(ParseChoices(n, "gang_sizes", "size", &o.gang_sizes));
+  if (auto n = find(root, "seed")) FERRY_RETURN_NOT_OK(r.Scalar(*n, "seed", &o.seed, "an integer"));
+  if (auto n = find(root, "gang_sizes")) {
+    FERRY_RETURN_NOT_OK(r.ParseChoices(*n, "gang_sizes", "size", &o.gang_sizes));
   }
-  if (auto n = root["gpus_per_task"]) {
-    FERRY_RETURN_NOT_OK(ParseChoices(n, "gpus_per_task", "gpus", &o.gpus_per_task));
+  if (auto n = find(root, "gpus_per_task")) {
+    FERRY_RETURN_NOT_OK(r.ParseChoices(*n, "gpus_per_task", "gpus", &o.gpus_per_task));
   }
-  if (auto n = root["priorities"]) {
-    FERRY_RETURN_NOT_OK(ParseChoices(n, "priorities", "priority", &o.priorities));
+  if (auto n = find(root, "priorities")) {
+    FERRY_RETURN_NOT_OK(r.ParseChoices(*n, "priorities", "priority", &o.priorities));
   }
-  if (auto n = root["duration"]) {
-    if (!n.IsMap()) return Bad(n, "duration", "expected a map");
-    FERRY_RETURN_NOT_OK(CheckKeys(n, "duration", {"median_s", "sigma", "min_s", "max_s"}));
-    if (auto m = n["median_s"]) {
-      FERRY_RETURN_NOT_OK(Scalar(m, "duration.median_s", &o.duration_median_s, "a number"));
+  if (auto n = find(root, "duration")) {
+    if (n->node->kind != Node::Kind::kMapping) return r.Bad(*n, "duration", "expected a map");
+    FERRY_RETURN_NOT_OK(r.CheckKeys(*n, "duration", {"median_s", "sigma", "min_s", "max_s"}));
+    if (auto m = find(*n, "median_s")) {
+      FERRY_RETURN_NOT_OK(r.Scalar(*m, "duration.median_s", &o.duration_median_s, "a number"));
     }
-    if (auto m = n["sigma"]) {
-      FERRY_RETURN_NOT_OK(Scalar(m, "duration.sigma", &o.duration_sigma, "a number"));
+    if (auto m = find(*n, "sigma")) {
+      FERRY_RETURN_NOT_OK(r.Scalar(*m, "duration.sigma", &o.duration_sigma, "a number"));
     }
-    if (auto m = n["min_s"]) {
-      FERRY_RETURN_NOT_OK(Scalar(m, "duration.min_s", &o.duration_min_s, "a number"));
+    if (auto m = find(*n, "min_s")) {
+      FERRY_RETURN_NOT_OK(r.Scalar(*m, "duration.min_s", &o.duration_min_s, "a number"));
     }
-    if (auto m = n["max_s"]) {
-      FERRY_RETURN_NOT_OK(Scalar(m, "duration.max_s", &o.duration_max_s, "a number"));
+    if (auto m = find(*n, "max_s")) {
+      FERRY_RETURN_NOT_OK(r.Scalar(*m, "duration.max_s", &o.duration_max_s, "a number"));
     }
   }
-  if (auto n = root["runtime_limit"]) {
-    if (!n.IsMap()) return Bad(n, "runtime_limit", "expected a map");
-    FERRY_RETURN_NOT_OK(CheckKeys(n, "runtime_limit", {"factor", "round_up_to"}));
-    if (auto m = n["factor"]) {
-      FERRY_RETURN_NOT_OK(Scalar(m, "runtime_limit.factor", &o.runtime_limit_factor, "a number"));
+  if (auto n = find(root, "runtime_limit")) {
+    if (n->node->kind != Node::Kind::kMapping) {
+      return r.Bad(*n, "runtime_limit", "expected a map");
     }
-    if (auto m = n["round_up_to"]) {
-      if (m.IsScalar() && m.Scalar() == "slurm") {
+    FERRY_RETURN_NOT_OK(r.CheckKeys(*n, "runtime_limit", {"factor", "round_up_to"}));
+    if (auto m = find(*n, "factor")) {
+      FERRY_RETURN_NOT_OK(
+          r.Scalar(*m, "runtime_limit.factor", &o.runtime_limit_factor, "a number"));
+    }
+    if (auto m = find(*n, "round_up_to")) {
+      if (m->node->kind == Node::Kind::kScalar && m->node->value == "slurm") {
         o.runtime_limit_steps_s = SlurmRuntimeLimitSteps();
-      } else if (m.IsSequence()) {
+      } else if (m->node->kind == Node::Kind::kSequence) {
         o.runtime_limit_steps_s.clear();
-        for (size_t k = 0; k < m.size(); ++k) {
+        for (size_t k = 0; k < m->node->items.size(); ++k) {
           double step = 0;
-          FERRY_RETURN_NOT_OK(Scalar(m[k], "runtime_limit.round_up_to[" + std::to_string(k) + "]",
-                                     &step, "a number of seconds"));
+          FERRY_RETURN_NOT_OK(r.Scalar(m->node->items[k],
+                                       "runtime_limit.round_up_to[" + std::to_string(k) + "]",
+                                       &step, "a number of seconds"));
           o.runtime_limit_steps_s.push_back(step);
         }
       } else {
-        return Bad(m, "runtime_limit.round_up_to", "expected 'slurm' or a list of seconds");
+        return r.Bad(*m, "runtime_limit.round_up_to", "expected 'slurm' or a list of seconds");
       }
     }
   }
-  if (auto n = root["tenants"]) {
-    if (!n.IsSequence()) return Bad(n, "tenants", "expected a list");
+  if (auto n = find(root, "tenants")) {
+    if (n->node->kind != Node::Kind::kSequence) return r.Bad(*n, "tenants", "expected a list");
     o.tenants.clear();
-    for (size_t i = 0; i < n.size(); ++i) {
-      const YAML::Node t = n[i];
-      std::string at = "tenants[" + std::to_string(i) + "]";
-      if (!t.IsMap()) return Bad(t, at, "expected a map");
-      FERRY_RETURN_NOT_OK(CheckKeys(t, at, {"name", "weight", "teams"}));
+    for (size_t i = 0; i < n->node->items.size(); ++i) {
+      const Ref& t = n->node->items[i];
+      const std::string at = "tenants[" + std::to_string(i) + "]";
+      if (t.node->kind != Node::Kind::kMapping) return r.Bad(t, at, "expected a map");
+      FERRY_RETURN_NOT_OK(r.CheckKeys(t, at, {"name", "weight", "teams"}));
       TenantSpec spec;
-      if (!t["name"]) return Bad(t, at + ".name", "missing");
-      FERRY_RETURN_NOT_OK(Scalar(t["name"], at + ".name", &spec.name, "a string"));
-      if (auto w = t["weight"])
-        FERRY_RETURN_NOT_OK(Scalar(w, at + ".weight", &spec.weight, "a number"));
-      if (auto teams = t["teams"]) {
-        if (!teams.IsSequence()) return Bad(teams, at + ".teams", "expected a list of names");
-        for (size_t k = 0; k < teams.size(); ++k) {
+      const std::optional<Ref> name = find(t, "name");
+      if (!name) return r.Bad(t, at + ".name", "missing");
+      FERRY_RETURN_NOT_OK(r.Scalar(*name, at + ".name", &spec.name, "a string"));
+      if (auto w = find(t, "weight")) {
+        FERRY_RETURN_NOT_OK(r.Scalar(*w, at + ".weight", &spec.weight, "a number"));
+      }
+      if (auto teams = find(t, "teams")) {
+        if (teams->node->kind != Node::Kind::kSequence) {
+          return r.Bad(*teams, at + ".teams", "expected a list of names");
+        }
+        for (size_t k = 0; k < teams->node->items.size(); ++k) {
           std::string team;
-          FERRY_RETURN_NOT_OK(
-              Scalar(teams[k], at + ".teams[" + std::to_string(k) + "]", &team, "a string"));
+          FERRY_RETURN_NOT_OK(r.Scalar(
+              teams->node->items[k], at + ".teams[" + std::to_string(k) + "]", &team, "a string"));
           spec.teams.push_back(team);
         }
       }
       o.tenants.push_back(std::move(spec));
     }
   }
+  // Validation names a key path, not a place: the document's start stands for the file.
   Status valid = ValidateSyntheticOptions(o);
-  if (!valid.ok()) return Status::Invalid(Where(root) + valid.message());
+  if (!valid.ok()) return reporter.Error(root.location, valid.message());
   return o;
 }
 
@@ -353,17 +418,15 @@ Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
   return jobs;
 }
 
-Result<SyntheticOptions> ParseSyntheticOptions(std::string_view yaml_text) {
+Result<SyntheticOptions> ParseSyntheticOptions(std::string_view yaml_text,
+                                               const std::string& file_name) {
+  const yaml::Reporter reporter(file_name);
   constexpr size_t kMaxConfigBytes = 1 << 20;
+  static_assert(kMaxConfigBytes <= yaml::kMaxDocumentBytes);
   if (yaml_text.size() > kMaxConfigBytes) {
-    return Status::Invalid("the config is larger than 1 MiB");
+    return reporter.FileError("the config is larger than 1 MiB");
   }
-  try {
-    return ParseYaml(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return Status::Invalid(std::to_string(e.mark.line + 1) + ":" +
-                           std::to_string(e.mark.column + 1) + ": " + e.msg);
-  }
+  return ParseYaml(yaml_text, reporter);
 }
 
 }  // namespace ferry::fleet::sim

@@ -130,8 +130,11 @@ Status ValidateSyntheticOptions(const SyntheticOptions& options);
 // Generates options.jobs jobs; the same options (seed included) give the same jobs on every
 // platform. Options that fail ValidateSyntheticOptions are refused with its error.
 Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& options);
-// Parses a YAML generator config (keys as in SyntheticOptions; see docs/fleet-traces.md).
-// Errors read "line:column: key: message".
-Result<SyntheticOptions> ParseSyntheticOptions(std::string_view yaml_text);
+// Parses a YAML generator config (keys as in SyntheticOptions; see docs/fleet-traces.md)
+// through the base layer's YAML tree (its size, depth and alias limits). Errors read
+// "<file_name>:<line>:<column>: <key path>: <message>", or "<line>:<column>: ..." when
+// `file_name` is empty; unknown and repeated keys are errors.
+Result<SyntheticOptions> ParseSyntheticOptions(std::string_view yaml_text,
+                                               const std::string& file_name = "");
 
 }  // namespace ferry::fleet::sim

@@ -23,7 +23,6 @@ std::string Fixture(const std::string& name) {
   return std::string(FERRY_TRACE_TESTDATA) + "/" + name;
 }
 
-
 std::vector<TraceJob> SampleJobs() {
   TraceJob a;
   a.id = "train-1";
@@ -701,6 +700,26 @@ TEST(SyntheticConfig, Errors) {
   EXPECT_FALSE(ParseSyntheticOptions(deep).ok());
   std::string syntax = err("jobs: [1, 2\n");
   EXPECT_NE(syntax.find(": "), std::string::npos) << syntax;
+}
+
+TEST(SyntheticConfig, ErrorsNameTheFileLineAndColumn) {
+  auto err = [](const std::string& yaml) {
+    auto r = ParseSyntheticOptions(yaml, "gen.yaml");
+    EXPECT_FALSE(r.ok()) << yaml;
+    return r.status().message();
+  };
+  EXPECT_EQ(err("jobs: 3\nseed: x1\n"), "gen.yaml:2:7: seed: expected an integer, got 'x1'");
+  EXPECT_EQ(err("tenants:\n  - name: a\n    weight: heavy\n"),
+            "gen.yaml:3:13: tenants[0].weight: expected a number, got 'heavy'");
+  EXPECT_EQ(err("duration:\n  median_s: .inf\n"),
+            "gen.yaml:2:13: duration.median_s: must be finite");
+  EXPECT_EQ(err("jobs: 3\njobs: 4\n"), "gen.yaml:2:1: jobs: duplicate key");
+  EXPECT_EQ(err("jobs: \"3\"\n"), "gen.yaml:1:7: jobs: expected an integer, got '3'");
+  EXPECT_EQ(err("gpu_model:\n"), "gen.yaml:1:1: gpu_model: expected a string");
+  EXPECT_EQ(err("gang_sizes: [{size: 1, probability: 0.5}]\n"),
+            "gen.yaml:1:1: gang_sizes: probabilities sum to 0.5, not 1");
+  EXPECT_EQ(err(std::string(2 << 20, ' ')), "gen.yaml: the config is larger than 1 MiB");
+  EXPECT_EQ(err("jobs: [1, 2\n").rfind("gen.yaml:", 0), 0u);
 }
 
 TEST(Synthetic, RuntimeLimitsRoundUpLikeUsers) {
