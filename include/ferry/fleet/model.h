@@ -174,6 +174,11 @@ struct Gpu {
   std::optional<int64_t> job_id;  // the job holding an open allocation on it
 };
 
+// GPU models compare case-insensitively ("h100" is "H100"). Every comparison
+// of models (scheduler, quotas, config, store, server) goes through this one
+// spelling: ASCII upper case.
+std::string CanonicalGpuModel(std::string_view model);
+
 enum class NodeState { kReady, kLost };
 std::string_view ToString(NodeState state);  // "READY", "LOST"
 

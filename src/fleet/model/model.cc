@@ -1,6 +1,7 @@
 #include "ferry/fleet/model.h"
 
 #include <array>
+#include <cctype>
 #include <utility>
 
 namespace ferry::fleet {
@@ -66,6 +67,12 @@ bool IsTerminal(JobState state) {
 std::string_view ToString(Role role) { return NameOf(kRoleNames, role); }
 
 std::optional<Role> ParseRole(std::string_view text) { return ValueOf(kRoleNames, text); }
+
+std::string CanonicalGpuModel(std::string_view model) {
+  std::string out(model);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
 
 std::string_view ToString(NodeState state) {
   return state == NodeState::kReady ? "READY" : "LOST";

@@ -183,10 +183,7 @@ Status Config::Validate() const {
     if (!ValidPath(q.path)) {
       check.Fail(f + ".path", "must be 'tenant', 'tenant/team' or 'tenant/team/user'");
     }
-    std::string model;
-    for (char c : q.gpu_model)
-      model += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (!quota_keys.insert({q.path, model}).second) {
+    if (!quota_keys.insert({q.path, CanonicalGpuModel(q.gpu_model)}).second) {
       check.Fail(f, "a second quota for '" + q.path + "'" +
                         (q.gpu_model.empty() ? "" : " (" + q.gpu_model + ")"));
     }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -12,15 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/fleet/model.h"
 #include "ferry/fleet/sched.h"
 
 namespace ferry::fleet::sched::testing {
-
-inline std::string UpperCase(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
 
 inline std::string OwnerPath(const std::string& tenant, const std::string& team,
                              const std::string& user, int depth) {
@@ -73,7 +67,7 @@ inline std::vector<std::string> CheckDecision(const Config& config, const Snapsh
     for (int d = 1; d <= 3; ++d) {
       std::string path = OwnerPath(tenant, team, user, d);
       used[{path, ""}] += gpus;
-      used[{path, UpperCase(model)}] += gpus;
+      used[{path, CanonicalGpuModel(model)}] += gpus;
     }
   };
   auto model_of = [&](int64_t node, int index) -> std::string {
@@ -130,7 +124,8 @@ inline std::vector<std::string> CheckDecision(const Config& config, const Snapsh
         std::string model = model_of(t.node_id, i);
         if (!job.gpu_models.empty()) {
           bool ok = false;
-          for (const std::string& m : job.gpu_models) ok = ok || UpperCase(m) == UpperCase(model);
+          for (const std::string& m : job.gpu_models)
+            ok = ok || CanonicalGpuModel(m) == CanonicalGpuModel(model);
           if (!ok)
             errors.push_back("job " + std::to_string(pl.job_id) + " on a GPU of another model");
         }
@@ -160,14 +155,14 @@ inline std::vector<std::string> CheckDecision(const Config& config, const Snapsh
         for (int d = 1; d <= 3; ++d) {
           std::string path = OwnerPath(r.tenant, r.team, r.user, d);
           before[{path, ""}] += 1;
-          before[{path, UpperCase(model_of(t.node_id, i))}] += 1;
+          before[{path, CanonicalGpuModel(model_of(t.node_id, i))}] += 1;
         }
       }
     }
   }
   for (const QuotaConfig& q : config.quotas) {
     if (!q.borrowing_limit) continue;
-    std::pair<std::string, std::string> key{q.path, UpperCase(q.gpu_model)};
+    std::pair<std::string, std::string> key{q.path, CanonicalGpuModel(q.gpu_model)};
     int limit = q.nominal_gpus + *q.borrowing_limit;
     if (used[key] > std::max(limit, before[key])) {
       errors.push_back("quota " + q.path + " (" + q.gpu_model + "): " + std::to_string(used[key]) +

@@ -1,6 +1,5 @@
 // Owner paths and the small helpers the policy pieces share.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -26,12 +25,6 @@ std::string UserPath(std::string_view tenant, std::string_view team, std::string
   return path;
 }
 
-std::string LowerModel(std::string_view model) {
-  std::string out(model);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 namespace {
 int TaskGpus(const TaskPlacement& task) {
   return static_cast<int>(std::max(task.gpu_ids.size(), task.gpu_indices.size()));
@@ -55,7 +48,7 @@ Demand RunningDemand(const RunningJob& job) {
 }
 
 int ModelKeys::Lookup(std::string_view model) {
-  std::string key = LowerModel(model);
+  std::string key = CanonicalGpuModel(model);
   auto [it, added] = key_ids_.emplace(key, static_cast<int>(keys_.size()));
   if (added) keys_.push_back(std::move(key));
   return it->second;

@@ -39,7 +39,7 @@ struct QuotaLedger::Impl {
   struct Quota {
     std::string path;
     std::string model;  // as configured, for messages
-    int model_id = -1;  // ModelKeys id of the lower-cased model; -1: every model
+    int model_id = -1;  // ModelKeys id of the canonical model; -1: every model
     std::string cohort;
     int64_t nominal = 0;
     std::optional<int64_t> borrowing_limit;
@@ -236,7 +236,7 @@ QuotaLedger::QuotaLedger(const Config& config, const Snapshot& snapshot)
     Impl::Quota q;
     q.path = config_quota.path;
     q.model = config_quota.gpu_model;
-    const std::string model_key = LowerModel(config_quota.gpu_model);
+    const std::string model_key = CanonicalGpuModel(config_quota.gpu_model);
     q.model_id = model_key.empty() ? -1 : impl.models.Id(model_key);
     q.cohort = config_quota.cohort;
     q.nominal = std::max(0, config_quota.nominal_gpus);
@@ -260,7 +260,7 @@ QuotaLedger::QuotaLedger(const Config& config, const Snapshot& snapshot)
     impl.quotas.push_back(std::move(q));
   }
 
-  // The fleet's models, lower-cased, sorted and each once.
+  // The fleet's models, canonical (CanonicalGpuModel), sorted and each once.
   const GpuModelIndex index(snapshot, &impl.models);
   if (index.any_gpu()) {
     std::vector<int> listed;

@@ -9,12 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/fleet/model.h"
 #include "fleet/sched/policy.h"
 
 namespace ferry::fleet::sched::internal {
-
-// Lower-cased copy: GPU models compare case-insensitively.
-std::string LowerModel(std::string_view model);
 
 // GPUs a running job holds (over all its tasks).
 int RunningGpus(const RunningJob& job);
@@ -57,8 +55,8 @@ struct OwnerViewHash {
   }
 };
 
-// GPU model spellings interned as small ids of their lower-cased form, so a
-// fleet of one model lower-cases it once, not once per GPU. The last
+// GPU model spellings interned as small ids of their canonical form
+// (CanonicalGpuModel), so a fleet of one model folds it once, not once per GPU. The last
 // spelling asked for is answered without hashing (GPUs of a node, and nodes
 // of a pool, mostly repeat it).
 class ModelKeys {
@@ -75,8 +73,8 @@ class ModelKeys {
  private:
   int Lookup(std::string_view model);
 
-  std::vector<std::string> keys_;                 // lower-cased, by id
-  std::unordered_map<std::string, int> key_ids_;  // lower-cased -> id
+  std::vector<std::string> keys_;                 // canonical, by id
+  std::unordered_map<std::string, int> key_ids_;  // canonical -> id
   std::string last_;
   int last_id_ = -1;
 };

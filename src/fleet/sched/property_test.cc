@@ -226,7 +226,7 @@ std::vector<std::string> CheckReclaimVictims(const Config& c, const Snapshot& sn
   std::map<std::pair<std::string, std::string>, int> used;
   std::map<int64_t, std::string> model_of;
   for (const NodeInfo& n : snap.nodes) {
-    for (const GpuSlot& s : n.gpus) model_of[n.id * 100000 + s.index] = testing::UpperCase(s.model);
+    for (const GpuSlot& s : n.gpus) model_of[n.id * 100000 + s.index] = CanonicalGpuModel(s.model);
   }
   for (const RunningJob& r : snap.running) {
     for (const TaskPlacement& t : r.tasks) {
@@ -250,14 +250,14 @@ std::vector<std::string> CheckReclaimVictims(const Config& c, const Snapshot& sn
     for (const QuotaConfig& q : c.quotas) {
       for (int depth = 1; depth <= 3; ++depth) {
         if (q.path != testing::OwnerPath(run->tenant, run->team, run->user, depth)) continue;
-        borrowing = borrowing || used[{q.path, testing::UpperCase(q.gpu_model)}] > q.nominal_gpus;
+        borrowing = borrowing || used[{q.path, CanonicalGpuModel(q.gpu_model)}] > q.nominal_gpus;
       }
     }
     if (!borrowing) {
       std::string info;
       for (const QuotaConfig& q : c.quotas) {
         info += " [" + q.path + " " + q.gpu_model + " nominal " + std::to_string(q.nominal_gpus) +
-                " used " + std::to_string(used[{q.path, testing::UpperCase(q.gpu_model)}]) +
+                " used " + std::to_string(used[{q.path, CanonicalGpuModel(q.gpu_model)}]) +
                 " cohort " + q.cohort + "]";
       }
       errors.push_back("fair-share victim " + std::to_string(p.job_id) + " (" + run->tenant + "/" +

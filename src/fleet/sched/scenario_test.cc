@@ -133,13 +133,18 @@ void AddNodes(World* world, const YAML::Node& list) {
       node.memory_mb_used = Get<int64_t>(n, "memory_mb_used", 0);
       node.schedulable = Get(n, "schedulable", true);
       node.idle_since_s = Get(n, "idle_since", -1.0);
-      const int gpus = Get(n, "gpus", 8);
-      const std::string model = Get<std::string>(n, "model", "H200");
+      // `gpu_models` lists the model of every GPU (a node of mixed models);
+      // otherwise `gpus` GPUs of `model`.
+      std::vector<std::string> models = Strings(n["gpu_models"]);
+      if (models.empty()) {
+        models.assign(static_cast<size_t>(Get(n, "gpus", 8)), Get<std::string>(n, "model", "H200"));
+      }
+      const int gpus = static_cast<int>(models.size());
       for (int g = 0; g < gpus; ++g) {
         GpuSlot slot;
         slot.id = node.id * 1000 + g;
         slot.index = g;
-        slot.model = model;
+        slot.model = models[static_cast<size_t>(g)];
         slot.memory_mb = 80 * 1024;
         node.gpus.push_back(slot);
       }

@@ -1,11 +1,11 @@
 // The scheduling core's cycle driver (include/ferry/fleet/sched.h): keeps
 // what spans cycles (the config, decayed usage, the fair-share preemption
-// rate limit) and runs one cycle per snapshot (core_cycle.cc).
+// rate limit) and runs one cycle per snapshot (cycle.cc).
 #include <memory>
 #include <utility>
 
 #include "ferry/fleet/sched.h"
-#include "fleet/sched/core_cycle.h"
+#include "fleet/sched/cycle.h"
 #include "fleet/sched/policy.h"
 
 namespace ferry::fleet::sched {

@@ -1,6 +1,7 @@
 // One scheduling cycle of the core (scheduler.cc drives it): the dense index
 // of the snapshot, gang placement with scoring and topology, quotas,
-// preemption, backfill reservations, burst and scale-down.
+// preemption, backfill reservations, burst and scale-down (cycle_*.cc over
+// the shared state in cycle_run.h).
 #pragma once
 
 #include <optional>
