@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ferry/base/status.h"
-#include "ferry/fleet/store.h"  // Placement, TaskPlacement, PendingReason
+#include "ferry/fleet/snapshot.h"  // Snapshot, Placement, PendingReason
 
 namespace ferry::fleet::sched {
 
@@ -169,70 +169,9 @@ struct Config {
   Status Validate() const;
 };
 
-// ---------------------------------------------------------------- snapshot
+// The snapshot (GpuSlot, NodeInfo, RunningJob, PendingJob, Snapshot) is in
+// ferry/fleet/snapshot.h: the store loads it and the server and the simulator fill it in.
 
-struct GpuSlot {
-  int64_t id = 0;     // store id (0 in the simulator is fine)
-  int index = 0;      // on its node
-  std::string model;  // compared case-insensitively
-  int64_t memory_mb = 0;
-  bool free = true;   // no open allocation
-};
-
-struct NodeInfo {
-  int64_t id = 0;
-  std::string name;
-  std::string pool;
-  std::string domain;         // interconnect domain (NVLink/IB island); empty: the node alone
-  std::vector<GpuSlot> gpus;
-  double cpus = 0;            // total
-  int64_t memory_mb = 0;      // total
-  double cpus_used = 0;       // by open allocations
-  int64_t memory_mb_used = 0;
-  bool schedulable = true;    // READY and not drained (others count only for "could ever fit")
-  double idle_since_s = -1;   // when its last task ended (-1: busy, or never used)
-};
-
-struct RunningJob {
-  int64_t job_id = 0;
-  int attempt = 1;
-  std::string tenant, team, user;
-  int priority = 0;
-  bool preemptible = false;
-  double started_s = 0;       // when this attempt was admitted
-  double max_runtime_s = 0;   // 0: unlimited (never ends, for backfill planning)
-  double cpus_per_task = 0;
-  int64_t memory_mb_per_task = 0;
-  std::vector<TaskPlacement> tasks;  // node_id/node and gpu_ids/gpu_indices as placed
-  bool terminating = false;          // signalled (preempted or stopping), resources not yet free
-  int64_t preempted_for = 0;         // when terminating by preemption: the job it makes room for
-};
-
-struct PendingJob {
-  int64_t job_id = 0;
-  int attempt = 1;
-  std::string tenant, team, user;
-  int tasks = 1;
-  int gpus_per_task = 0;
-  std::vector<std::string> gpu_models;  // any of these; empty: any
-  double cpus_per_task = 0;
-  int64_t memory_mb_per_task = 0;
-  int priority = 0;
-  bool preemptible = false;
-  double submitted_s = 0;     // first submission (age; attempts keep it)
-  double max_runtime_s = 0;   // 0: unlimited (never backfilled ahead of a reservation)
-  std::vector<std::string> datasets;
-  std::string topology;       // "" (none), "same_node" or "same_domain": a preference, not a rule
-  std::string pool_set;       // "" : the first pool set
-};
-
-struct Snapshot {
-  double now_s = 0;
-  std::vector<NodeInfo> nodes;          // every node, schedulable or not
-  std::vector<RunningJob> running;      // open allocations, by job
-  std::vector<PendingJob> pending;      // any order: the policy orders them
-  std::map<std::string, int> provisioning;  // pool → nodes requested and not yet registered
-};
 
 // ---------------------------------------------------------------- decision
 

@@ -19,6 +19,7 @@
 #include "ferry/base/hash.h"
 #include "ferry/base/status.h"
 #include "ferry/fleet/model.h"
+#include "ferry/fleet/snapshot.h"  // sched::Snapshot, Placement, PendingReason
 
 namespace ferry::fleet {
 
@@ -166,34 +167,7 @@ struct ExpiryResult {
   std::vector<int64_t> failed_jobs;    // LOST past max_retries: FAILED, RETRY_LIMIT
 };
 
-// ---- Scheduling.
-// An attempt that still holds resources (open allocations): running, being
-// stopped, or an older attempt of a requeued job whose tasks have not ended.
-struct ActiveAttempt {
-  Job job;                           // owners, spec, current state and attempt
-  int attempt = 0;                   // the attempt holding the allocations
-  std::vector<TaskPlacement> tasks;  // its open allocations, by task
-  int64_t admitted_at_ms = 0;        // when the allocations were made
-  // Told (or about to be told) to stop: preempted, cancelled, timed out, or
-  // not the job's current attempt. Its resources free up when the tasks end.
-  bool terminating = false;
-  std::string preempt_reason;  // set when terminating by preemption
-  int64_t preempted_for = 0;   // the job the preemption makes room for
-};
-
-struct NodeUsage {
-  double cpus_used = 0;
-  int64_t memory_mb_used = 0;
-};
-
-struct SchedulingSnapshot {
-  std::vector<Job> pending;                // PENDING, highest priority first, then oldest
-  std::vector<Node> nodes;                 // READY and not drained; Gpu::job_id set when allocated
-  std::map<int64_t, NodeUsage> usage;      // by node id, from open allocations
-  std::vector<Node> all_nodes;             // every node (to tell NO_CAPACITY from UNSATISFIABLE)
-  std::vector<ActiveAttempt> active;       // attempts holding open allocations, by job id
-};
-
+// ---- Scheduling (the snapshot, placements and reasons: ferry/fleet/snapshot.h).
 struct PreemptRequest {
   int64_t job_id = 0;
   int attempt = 0;       // the attempt to stop (fenced: nothing happens when it is no longer live)
@@ -206,18 +180,6 @@ enum class RemoveNodeOutcome {
   kRemoved,  // gone from listings; its name may register again later
   kNotFound,
   kBusy,  // it holds an open allocation: nothing changed
-};
-
-struct Placement {
-  int64_t job_id = 0;
-  int attempt = 0;
-  std::vector<TaskPlacement> tasks;  // one per task of the gang
-};
-
-struct PendingReason {
-  int64_t job_id = 0;
-  std::string reason;   // reason::kNoCapacity, ...
-  std::string message;
 };
 
 struct CommitResult {
@@ -325,7 +287,14 @@ class Store {
   virtual Result<RemoveNodeOutcome> RemoveNode(const std::string& name, int64_t now_ms) = 0;
 
   // ---- Scheduling.
-  virtual Result<SchedulingSnapshot> LoadSchedulingSnapshot() = 0;
+  // What a scheduling cycle reads: every node (schedulable when READY and not
+  // drained; GpuSlot::free, cpus_used and memory_mb_used from open
+  // allocations), every attempt holding open allocations as a running job
+  // (terminating when it is not the job's live attempt or is being
+  // preempted, with the preemption's reason and the job it makes room for),
+  // and the PENDING jobs, highest priority first, then oldest. The clock
+  // (now_s), the nodes being provisioned and idle_since_s are the caller's.
+  virtual Result<sched::Snapshot> LoadSchedulingSnapshot() = 0;
   // Each placement in its own transaction: the job must still be PENDING at
   // that attempt and every GPU free, else it is skipped as conflicted. Pending
   // reasons update the job's reason (an event only when the reason changes).

@@ -92,9 +92,9 @@ void ProvisioningController::Submit(const std::vector<sched::ProvisionRequest>& 
 }
 
 std::map<std::string, int> ProvisioningController::Provisioning(
-    const std::vector<Node>& registered) {
+    const std::vector<sched::NodeInfo>& registered) {
   std::set<std::string> names;
-  for (const Node& node : registered) names.insert(node.name);
+  for (const sched::NodeInfo& node : registered) names.insert(node.name);
   const double now = NowS();
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int> out;
@@ -195,16 +195,19 @@ void ProvisioningController::DoScaleDown(const sched::ScaleDown& request) {
   auto undrain = [&] {
     if (!was_drained) (void)store_->SetDrain(request.node, false);
   };
-  Result<SchedulingSnapshot> snapshot = store_->LoadSchedulingSnapshot();
+  Result<sched::Snapshot> snapshot = store_->LoadSchedulingSnapshot();
   if (!snapshot.ok()) {
     NoteError(provider_name, "scaling down " + request.node, snapshot.status());
     undrain();
     return done();
   }
-  bool busy = snapshot->usage.count(node_id) > 0;
-  for (const Node& n : snapshot->all_nodes) {
+  bool busy = false;  // an open allocation on it: a task of a running job, or a taken GPU
+  for (const sched::RunningJob& running : snapshot->running) {
+    for (const TaskPlacement& task : running.tasks) busy = busy || task.node_id == node_id;
+  }
+  for (const sched::NodeInfo& n : snapshot->nodes) {
     if (n.id != node_id) continue;
-    for (const Gpu& gpu : n.gpus) busy = busy || gpu.job_id.has_value();
+    for (const sched::GpuSlot& gpu : n.gpus) busy = busy || !gpu.free;
   }
   if (busy) {  // work landed on it just before the drain: keep it
     undrain();

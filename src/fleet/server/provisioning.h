@@ -58,7 +58,7 @@ class ProvisioningController {
               const std::vector<sched::ScaleDown>& scale_down);
   // Nodes requested and not yet registered, per pool. `registered`: the
   // store's nodes now (those that appeared stop counting).
-  std::map<std::string, int> Provisioning(const std::vector<Node>& registered);
+  std::map<std::string, int> Provisioning(const std::vector<sched::NodeInfo>& registered);
   // Providers for GET /v1/scheduler: breaker state, counters, nodes.
   nlohmann::json StatusJson();
 

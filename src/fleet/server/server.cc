@@ -40,7 +40,7 @@
 #include "fleet/server/listener.h"
 #include "fleet/server/raw_headers.h"
 #include "fleet/server/provisioning.h"
-#include "fleet/server/sched_bridge.h"
+#include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_internal.h"
 #include "fleet/server/wire.h"
 
@@ -301,7 +301,7 @@ class FleetServer {
   void SchedulerLoop();
   Status SchedulingPass();
   void ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
-                        const SchedulingSnapshot& snapshot);
+                        const sched::Snapshot& snapshot);
   void MaintenanceLoop();
   void ReloadConfig();
   Status StartProvisioning(int port);
@@ -713,7 +713,7 @@ void FleetServer::SubmitJob(Call& c) {
     candidate.team = c.principal.team;
     candidate.user = c.principal.user;
     candidate.spec = *spec;
-    const sched::PendingJob pending = server_internal::ToPendingJob(candidate);
+    const sched::PendingJob pending = sched::ToPendingJob(candidate);
     std::lock_guard<std::mutex> lock(core_.mu);
     over_quota = core_.scheduler->CheckSubmission(pending);
     if (!over_quota && !capacity.empty()) {
@@ -1303,27 +1303,27 @@ void FleetServer::AgentLogs(Call& c) {
 // ---- Background loops.
 
 Status FleetServer::SchedulingPass() {
-  FERRY_ASSIGN_OR_RAISE(SchedulingSnapshot snapshot, store_->LoadSchedulingSnapshot());
+  FERRY_ASSIGN_OR_RAISE(sched::Snapshot snapshot, store_->LoadSchedulingSnapshot());
   const int64_t now = NowMs();
-  idle_.Update(snapshot.all_nodes, snapshot.usage, now);
+  idle_.Update(snapshot, now);
   if (snapshot.pending.empty() && now - last_pass_ms_ < kIdlePassIntervalMs) {
     return Status::OK();
   }
   last_pass_ms_ = now;
-  std::map<std::string, int> provisioning;
-  if (provisioning_) provisioning = provisioning_->Provisioning(snapshot.all_nodes);
-  const sched::Snapshot input = server_internal::BuildSnapshot(snapshot, now, provisioning, idle_);
+  snapshot.now_s = static_cast<double>(now) / 1000.0;
+  if (provisioning_) snapshot.provisioning = provisioning_->Provisioning(snapshot.nodes);
+  idle_.Apply(&snapshot);
   sched::Decision decision;
   {
     std::lock_guard<std::mutex> lock(core_.mu);
-    decision = core_.scheduler->Cycle(input);
+    decision = core_.scheduler->Cycle(snapshot);
     core_.last_stats = decision.stats;
     core_.last_cycle_ms = now;
     core_.preemptions += static_cast<int64_t>(decision.preemptions.size());
   }
 
   std::unordered_map<int64_t, int> attempts;
-  for (const Job& job : snapshot.pending) attempts[job.id] = job.attempt;
+  for (const sched::PendingJob& job : snapshot.pending) attempts[job.job_id] = job.attempt;
   std::unordered_map<int64_t, std::pair<int, std::string>> reasons;
   std::vector<PendingReason> changed;
   for (const PendingReason& pending : decision.pending) {
@@ -1343,7 +1343,7 @@ Status FleetServer::SchedulingPass() {
 
   if (commit.admitted.empty()) return Status::OK();
   std::map<int64_t, std::string> names;
-  for (const Node& node : snapshot.all_nodes) names[node.id] = node.name;
+  for (const sched::NodeInfo& node : snapshot.nodes) names[node.id] = node.name;
   std::set<int64_t> admitted(commit.admitted.begin(), commit.admitted.end());
   std::set<std::string> nodes;
   for (const Placement& placement : decision.placements) {
@@ -1359,7 +1359,7 @@ Status FleetServer::SchedulingPass() {
 }
 
 void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
-                                   const SchedulingSnapshot& snapshot) {
+                                   const sched::Snapshot& snapshot) {
   if (preemptions.empty()) return;
   std::set<std::string> nodes;
   for (const sched::Preemption& preemption : preemptions) {
@@ -1375,9 +1375,9 @@ void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preempt
       continue;
     }
     if (!*done) continue;  // it ended meanwhile
-    for (const ActiveAttempt& active : snapshot.active) {
-      if (active.job.id != preemption.job_id || active.attempt != preemption.attempt) continue;
-      for (const TaskPlacement& task : active.tasks) nodes.insert(task.node);
+    for (const sched::RunningJob& running : snapshot.running) {
+      if (running.job_id != preemption.job_id || running.attempt != preemption.attempt) continue;
+      for (const TaskPlacement& task : running.tasks) nodes.insert(task.node);
     }
   }
   nodes.erase("");
@@ -1562,7 +1562,10 @@ void FleetServer::GetScheduler(Call& c) {
   if (provisioning_) {
     Result<std::vector<Node>> nodes = store_->ListNodes();
     if (!nodes.ok()) return SendStoreError(c, nodes.status());
-    for (const auto& [pool, count] : provisioning_->Provisioning(*nodes)) {
+    std::vector<sched::NodeInfo> registered;
+    registered.reserve(nodes->size());
+    for (const Node& node : *nodes) registered.push_back(sched::ToNodeInfo(node));
+    for (const auto& [pool, count] : provisioning_->Provisioning(registered)) {
       provisioning[pool] = count;
     }
   }

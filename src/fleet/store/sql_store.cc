@@ -1252,35 +1252,41 @@ class SqlStore final : public Store {
 
   // ---- Scheduling.
 
-  Result<SchedulingSnapshot> LoadSchedulingSnapshot() override {
-    SchedulingSnapshot snap;
+  Result<sched::Snapshot> LoadSchedulingSnapshot() override {
+    sched::Snapshot snap;
     FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
-      snap = SchedulingSnapshot{};
+      snap = sched::Snapshot{};
       FERRY_ASSIGN_OR_RAISE(
           Rows pending, c.Query(std::string(kJobSelect) +
                                 " WHERE j.state = 'PENDING' ORDER BY j.priority DESC, j.id ASC"));
       for (const Row& row : pending.rows) {
         FERRY_ASSIGN_OR_RAISE(Job job, JobFromRow(row, &spec_cache_));
-        snap.pending.push_back(std::move(job));
+        snap.pending.push_back(sched::ToPendingJob(job));
       }
-      FERRY_ASSIGN_OR_RAISE(snap.all_nodes, LoadNodes(c, nullptr));
-      for (const Node& n : snap.all_nodes) {
-        if (n.state == NodeState::kReady && !n.drain) snap.nodes.push_back(n);
+      FERRY_ASSIGN_OR_RAISE(std::vector<Node> nodes, LoadNodes(c, nullptr));
+      std::map<int64_t, size_t> node_at;
+      snap.nodes.reserve(nodes.size());
+      for (const Node& node : nodes) {
+        node_at[node.id] = snap.nodes.size();
+        snap.nodes.push_back(sched::ToNodeInfo(node));
       }
       FERRY_ASSIGN_OR_RAISE(
           Rows usage, c.Query("SELECT node_id, COALESCE(SUM(cpus), 0), COALESCE(SUM(memory_mb), 0)"
                               " FROM allocations WHERE released_at_ms IS NULL GROUP BY node_id"));
       for (const Row& row : usage.rows) {
-        snap.usage[row.Int(0)] = NodeUsage{row.Double(1), row.Int(2)};
+        auto at = node_at.find(row.Int(0));
+        if (at == node_at.end()) continue;
+        snap.nodes[at->second].cpus_used = row.Double(1);
+        snap.nodes[at->second].memory_mb_used = row.Int(2);
       }
-      FERRY_RETURN_NOT_OK(LoadActiveAttempts(c, &snap.active));
+      FERRY_RETURN_NOT_OK(LoadRunningJobs(c, &snap.running));
       return Status::OK();
     }));
     return snap;
   }
 
-  // Attempts holding open allocations, with their jobs, by job and attempt.
-  Status LoadActiveAttempts(Connection& c, std::vector<ActiveAttempt>* out) {
+  // Attempts holding open allocations as running jobs, by job and attempt.
+  Status LoadRunningJobs(Connection& c, std::vector<sched::RunningJob>* out) {
     const std::string open_jobs =
         " j.id IN (SELECT job_id FROM allocations WHERE released_at_ms IS NULL)";
     FERRY_ASSIGN_OR_RAISE(
@@ -1301,38 +1307,40 @@ class SqlStore final : public Store {
                 " a.started_at_ms FROM allocations a JOIN nodes n ON n.id = a.node_id"
                 " LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.released_at_ms IS NULL"
                 " ORDER BY a.job_id, a.attempt, a.task, g.idx"));
+    // Earliest allocation of each attempt (when it was admitted).
+    std::vector<int64_t> admitted_ms;
     for (const Row& row : allocs.rows) {
       const int64_t job_id = row.Int(0);
       const int attempt = static_cast<int>(row.Int(1));
-      auto job = by_id.find(job_id);
-      if (job == by_id.end()) continue;  // not in the job read (a commit in between)
-      if (out->empty() || out->back().job.id != job_id || out->back().attempt != attempt) {
-        ActiveAttempt a;
-        a.job = job->second;
-        a.attempt = attempt;
-        a.admitted_at_ms = row.Int(7);
+      auto found = by_id.find(job_id);
+      if (found == by_id.end()) continue;  // not in the job read (a commit in between)
+      const Job& job = found->second;
+      if (out->empty() || out->back().job_id != job_id || out->back().attempt != attempt) {
+        sched::RunningJob run = sched::ToRunningJob(job, attempt, {}, row.Int(7));
         const auto& [why, for_job] = preempt[job_id];
-        const bool live = IsLive(a.job.state) && a.job.attempt == attempt;
-        a.terminating = !live || !why.empty();
+        const bool live = IsLive(job.state) && job.attempt == attempt;
+        run.terminating = !live || !why.empty();
         if (live && !why.empty()) {
-          a.preempt_reason = why;
-          a.preempted_for = for_job;
+          run.preempt_reason = why;
+          run.preempted_for = for_job;
         }
-        out->push_back(std::move(a));
+        out->push_back(std::move(run));
+        admitted_ms.push_back(row.Int(7));
       }
-      ActiveAttempt& a = out->back();
-      a.admitted_at_ms = std::min(a.admitted_at_ms, row.Int(7));
+      sched::RunningJob& run = out->back();
+      admitted_ms.back() = std::min(admitted_ms.back(), row.Int(7));
+      run.started_s = static_cast<double>(admitted_ms.back()) / 1000.0;
       const int task = static_cast<int>(row.Int(2));
-      if (a.tasks.empty() || a.tasks.back().task != task) {
+      if (run.tasks.empty() || run.tasks.back().task != task) {
         TaskPlacement p;
         p.task = task;
         p.node_id = row.Int(3);
         p.node = row.Text(4);
-        a.tasks.push_back(std::move(p));
+        run.tasks.push_back(std::move(p));
       }
       if (!row.IsNull(5)) {
-        a.tasks.back().gpu_ids.push_back(row.Int(5));
-        a.tasks.back().gpu_indices.push_back(static_cast<int>(row.Int(6)));
+        run.tasks.back().gpu_ids.push_back(row.Int(5));
+        run.tasks.back().gpu_indices.push_back(static_cast<int>(row.Int(6)));
       }
     }
     return Status::OK();

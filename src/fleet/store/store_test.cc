@@ -256,13 +256,13 @@ class StoreTest : public ::testing::TestWithParam<Backend> {
     std::map<std::string, int> used;
     for (int t = 0; t < job.spec.tasks; ++t) {
       const std::string& name = nodes[t % nodes.size()];
-      for (const Node& n : snap->all_nodes) {
+      for (const sched::NodeInfo& n : snap->nodes) {
         if (n.name != name) continue;
         TaskPlacement tp{t, n.id, n.name, {}, {}};
         int skip = used[name];
-        for (const Gpu& g : n.gpus) {
+        for (const sched::GpuSlot& g : n.gpus) {
           if (static_cast<int>(tp.gpu_ids.size()) == job.spec.gpus_per_task) break;
-          if (g.job_id) continue;
+          if (!g.free) continue;
           if (skip > 0) {
             --skip;
             continue;
@@ -671,19 +671,25 @@ TEST_P(StoreTest, ScheduleCommitConflictsAndPendingReasons) {
   Job b = Submit(ana, high, 1001);
   Job c = Submit(ana, low, 1002);
 
-  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_OK_AND_ASSIGN(sched::Snapshot snap, store_->LoadSchedulingSnapshot());
   ASSERT_EQ(snap.pending.size(), 3u);
-  EXPECT_EQ(snap.pending[0].id, b.id);  // highest priority, then oldest
-  EXPECT_EQ(snap.pending[1].id, a.id);
-  EXPECT_EQ(snap.pending[2].id, c.id);
-  EXPECT_EQ(snap.pending[0].spec.priority, 10);
-  ASSERT_EQ(snap.nodes.size(), 1u);  // gpu-b is drained
+  EXPECT_EQ(snap.pending[0].job_id, b.id);  // highest priority, then oldest
+  EXPECT_EQ(snap.pending[1].job_id, a.id);
+  EXPECT_EQ(snap.pending[2].job_id, c.id);
+  EXPECT_EQ(snap.pending[0].priority, 10);
+  ASSERT_EQ(snap.nodes.size(), 2u);
   EXPECT_EQ(snap.nodes[0].name, "gpu-a");
-  EXPECT_EQ(snap.all_nodes.size(), 2u);
-  EXPECT_TRUE(snap.usage.empty());
+  EXPECT_TRUE(snap.nodes[0].schedulable);
+  EXPECT_EQ(snap.nodes[1].name, "gpu-b");
+  EXPECT_FALSE(snap.nodes[1].schedulable);  // gpu-b is drained
+  for (const sched::NodeInfo& n : snap.nodes) {
+    EXPECT_EQ(n.cpus_used, 0) << n.name;  // no open allocation yet
+    EXPECT_EQ(n.memory_mb_used, 0) << n.name;
+  }
+  EXPECT_TRUE(snap.running.empty());
 
   // b takes both GPUs of gpu-a; a wants the same GPUs: conflict.
-  const Node node = snap.nodes[0];
+  const sched::NodeInfo node = snap.nodes[0];
   Placement pb{b.id, 1, {{0, node.id, node.name, {node.gpus[0].id, node.gpus[1].id}, {0, 1}}}};
   Placement pa{a.id, 1, {{0, node.id, node.name, {node.gpus[0].id, node.gpus[1].id}, {0, 1}}}};
   ASSERT_OK_AND_ASSIGN(
@@ -728,9 +734,13 @@ TEST_P(StoreTest, ScheduleCommitConflictsAndPendingReasons) {
   // The snapshot shows the holder and the usage.
   ASSERT_OK_AND_ASSIGN(snap, store_->LoadSchedulingSnapshot());
   EXPECT_EQ(snap.pending.size(), 2u);
-  EXPECT_EQ(snap.nodes[0].gpus[0].job_id, b.id);
-  EXPECT_EQ(snap.usage[node.id].cpus_used, 2);
-  EXPECT_EQ(snap.usage[node.id].memory_mb_used, 1024);
+  EXPECT_FALSE(snap.nodes[0].gpus[0].free);
+  ASSERT_EQ(snap.running.size(), 1u);  // b holds it
+  EXPECT_EQ(snap.running[0].job_id, b.id);
+  ASSERT_EQ(snap.running[0].tasks.size(), 1u);
+  EXPECT_EQ(snap.running[0].tasks[0].gpu_ids[0], snap.nodes[0].gpus[0].id);
+  EXPECT_EQ(snap.nodes[0].cpus_used, 2);
+  EXPECT_EQ(snap.nodes[0].memory_mb_used, 1024);
   ASSERT_OK_AND_ASSIGN(auto pools, store_->ListPools());
   ASSERT_EQ(pools.size(), 1u);
   EXPECT_EQ(pools[0].nodes, 2);
@@ -745,7 +755,7 @@ TEST_P(StoreTest, ScheduleCommitConflictsAndPendingReasons) {
   Placement bad{a.id, 1, {}};
   EXPECT_EQ(store_->CommitPlacements({bad}, {}, 2300).status().code(), StatusCode::kInvalid);
   // So is one that gives a task the wrong number of GPUs.
-  const Node drained = snap.all_nodes[1];
+  const sched::NodeInfo drained = snap.nodes[1];
   ASSERT_EQ(drained.name, "gpu-b");
   Placement short_of_gpus{a.id, 1, {{0, drained.id, drained.name, {drained.gpus[0].id}, {0}}}};
   EXPECT_EQ(store_->CommitPlacements({short_of_gpus}, {}, 2300).status().code(),
@@ -1127,20 +1137,20 @@ TEST_P(StoreTest, PreemptionStopsWithGraceThenRequeuesOrFails) {
   EXPECT_EQ(requested, 1);
 
   // The scheduler sees it terminating, holding its GPU until the task ends.
-  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
-  ASSERT_EQ(snap.active.size(), 2u);
-  const ActiveAttempt& a = snap.active[0];
-  EXPECT_EQ(a.job.id, victim.id);
+  ASSERT_OK_AND_ASSIGN(sched::Snapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_EQ(snap.running.size(), 2u);
+  const sched::RunningJob& a = snap.running[0];
+  EXPECT_EQ(a.job_id, victim.id);
   EXPECT_EQ(a.attempt, 1);
   EXPECT_TRUE(a.terminating);
   EXPECT_EQ(a.preempt_reason, reason::kPreemptedByPriority);
   EXPECT_EQ(a.preempted_for, 99);
-  EXPECT_EQ(a.admitted_at_ms, 2000);
+  EXPECT_EQ(a.started_s, 2.0);  // admitted at 2000 ms
   ASSERT_EQ(a.tasks.size(), 1u);
   EXPECT_EQ(a.tasks[0].node, "gpu-a");
   EXPECT_EQ(a.tasks[0].gpu_indices.size(), 1u);
-  EXPECT_FALSE(snap.active[1].terminating);
-  EXPECT_EQ(snap.active[1].job.id, other.id);
+  EXPECT_FALSE(snap.running[1].terminating);
+  EXPECT_EQ(snap.running[1].job_id, other.id);
 
   // The agent is told to stop the victim (only it) with the preemption's grace.
   SyncResult sync = Sync("gpu-a", {{victim.id, 0, 1}, {other.id, 0, 1}}, {}, 3200);
@@ -1272,8 +1282,8 @@ TEST_P(StoreTest, RemoveNodeOnlyWhenIdleAndItMayComeBack) {
   EXPECT_FALSE(gone.has_value());
   ASSERT_OK_AND_ASSIGN(bool found, store_->SetDrain("cloud-a", true));
   EXPECT_FALSE(found);
-  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
-  EXPECT_EQ(snap.all_nodes.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(sched::Snapshot snap, store_->LoadSchedulingSnapshot());
+  EXPECT_EQ(snap.nodes.size(), 1u);
   EXPECT_FALSE(Sync("cloud-a", {}, {}, 3400).registered);
   // The job's history still names the node.
   EXPECT_EQ(Get(job.id).placement[0].node, "cloud-a");
@@ -1296,24 +1306,24 @@ TEST_P(StoreTest, SnapshotShowsAttemptsThatStillHoldResources) {
   ASSERT_EQ(Place(job, {"gpu-a"}).admitted.size(), 1u);
   ASSERT_EQ(Place(cancelled, {"gpu-a"}).admitted.size(), 1u);
   ASSERT_OK(store_->CancelJob(Scope::All(), cancelled.id, "ana", 2500).status());
-  ASSERT_OK_AND_ASSIGN(SchedulingSnapshot snap, store_->LoadSchedulingSnapshot());
-  ASSERT_EQ(snap.active.size(), 2u);
-  const ActiveAttempt& a = snap.active[0];
-  EXPECT_EQ(a.job.id, job.id);
-  EXPECT_EQ(a.job.spec.priority, 5);
-  EXPECT_EQ(a.job.tenant, "acme");
-  EXPECT_EQ(a.job.team, "ml");
-  EXPECT_EQ(a.job.user, "ana");
+  ASSERT_OK_AND_ASSIGN(sched::Snapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_EQ(snap.running.size(), 2u);
+  const sched::RunningJob& a = snap.running[0];
+  EXPECT_EQ(a.job_id, job.id);
+  EXPECT_EQ(a.priority, 5);
+  EXPECT_EQ(a.tenant, "acme");
+  EXPECT_EQ(a.team, "ml");
+  EXPECT_EQ(a.user, "ana");
   EXPECT_FALSE(a.terminating);
   ASSERT_EQ(a.tasks.size(), 2u);
   EXPECT_EQ(a.tasks[0].gpu_indices, (std::vector<int>{0, 1}));
   EXPECT_EQ(a.tasks[1].gpu_indices, (std::vector<int>{2, 3}));
   // Cancelled, its task not yet stopped: it still holds its CPUs.
-  EXPECT_EQ(snap.active[1].job.id, cancelled.id);
-  EXPECT_TRUE(snap.active[1].terminating);
-  EXPECT_TRUE(snap.active[1].preempt_reason.empty());
-  ASSERT_EQ(snap.active[1].tasks.size(), 1u);
-  EXPECT_TRUE(snap.active[1].tasks[0].gpu_ids.empty());
+  EXPECT_EQ(snap.running[1].job_id, cancelled.id);
+  EXPECT_TRUE(snap.running[1].terminating);
+  EXPECT_TRUE(snap.running[1].preempt_reason.empty());
+  ASSERT_EQ(snap.running[1].tasks.size(), 1u);
+  EXPECT_TRUE(snap.running[1].tasks[0].gpu_ids.empty());
 }
 
 TEST_P(StoreTest, SchemaOneDatabaseMigratesWithItsData) {

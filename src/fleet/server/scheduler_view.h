@@ -1,7 +1,7 @@
-// Between the store and the scheduling core (include/ferry/fleet/sched.h):
-// the core's Snapshot built from the store's, the idle time of nodes, cloud
-// the nodes of the submission check, and the JSON of GET /v1/scheduler.
-// Internal to src/fleet/server; free of HTTP state so the tests reach it.
+// What the server adds around the scheduling core (include/ferry/fleet/sched.h):
+// the idle time of nodes in the store's snapshot, the nodes of the submission
+// check, and the JSON of GET /v1/scheduler. Internal to src/fleet/server;
+// free of HTTP state so the tests reach it.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,6 @@
 
 #include "ferry/fleet/model.h"
 #include "ferry/fleet/sched.h"
-#include "ferry/fleet/store.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -22,25 +21,17 @@ namespace ferry::fleet::server_internal {
 // from that moment, so a restart never scales a node down early.
 class IdleTracker {
  public:
-  // `busy`: ids of nodes with an open allocation.
-  void Update(const std::vector<Node>& nodes, const std::map<int64_t, NodeUsage>& busy,
-              int64_t now_ms);
+  // A node is busy while a GPU of it is taken or a running job has a task on
+  // it (CPU-only tasks too).
+  void Update(const sched::Snapshot& snapshot, int64_t now_ms);
   // -1 while busy or unknown.
   int64_t IdleSinceMs(int64_t node_id) const;
+  // Sets every node's idle_since_s (seconds; -1 while busy or unknown).
+  void Apply(sched::Snapshot* snapshot) const;
 
  private:
   std::unordered_map<int64_t, int64_t> idle_since_ms_;
 };
-
-// The scheduler's view of a job waiting (or about to be submitted).
-sched::PendingJob ToPendingJob(const Job& job);
-
-// The core's snapshot: every node (schedulable = READY and not drained),
-// attempts holding resources as running jobs, PENDING jobs, and the nodes
-// being provisioned per pool. Times in seconds.
-sched::Snapshot BuildSnapshot(const SchedulingSnapshot& store_snapshot, int64_t now_ms,
-                              const std::map<std::string, int>& provisioning,
-                              const IdleTracker& idle);
 
 // The nodes that count for "could this job ever run" at submission: every
 // node that is not LOST (drained ones may be undrained), as the core sees them.

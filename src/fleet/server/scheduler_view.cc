@@ -1,18 +1,23 @@
-#include "fleet/server/sched_bridge.h"
+#include "fleet/server/scheduler_view.h"
 
 #include <algorithm>
+#include <unordered_set>
+#include <utility>
 
 namespace ferry::fleet::server_internal {
 
 using nlohmann::json;
 
-void IdleTracker::Update(const std::vector<Node>& nodes, const std::map<int64_t, NodeUsage>& busy,
-                         int64_t now_ms) {
+void IdleTracker::Update(const sched::Snapshot& snapshot, int64_t now_ms) {
+  std::unordered_set<int64_t> busy;
+  for (const sched::RunningJob& running : snapshot.running) {
+    for (const TaskPlacement& task : running.tasks) busy.insert(task.node_id);
+  }
   std::unordered_map<int64_t, int64_t> next;
-  next.reserve(nodes.size());
-  for (const Node& node : nodes) {
+  next.reserve(snapshot.nodes.size());
+  for (const sched::NodeInfo& node : snapshot.nodes) {
     bool held = busy.count(node.id) > 0;
-    for (const Gpu& gpu : node.gpus) held = held || gpu.job_id.has_value();
+    for (const sched::GpuSlot& gpu : node.gpus) held = held || !gpu.free;
     if (held) continue;
     auto it = idle_since_ms_.find(node.id);
     next[node.id] = it == idle_since_ms_.end() ? now_ms : it->second;
@@ -25,78 +30,11 @@ int64_t IdleTracker::IdleSinceMs(int64_t node_id) const {
   return it == idle_since_ms_.end() ? -1 : it->second;
 }
 
-sched::PendingJob ToPendingJob(const Job& job) {
-  sched::PendingJob out;
-  out.job_id = job.id;
-  out.attempt = job.attempt;
-  out.tenant = job.tenant;
-  out.team = job.team;
-  out.user = job.user;
-  out.tasks = job.spec.tasks;
-  out.gpus_per_task = job.spec.gpus_per_task;
-  out.gpu_models = job.spec.gpu_models;
-  out.cpus_per_task = job.spec.cpus_per_task;
-  out.memory_mb_per_task = job.spec.memory_mb_per_task;
-  out.priority = job.spec.priority;
-  out.preemptible = job.spec.preemptible;
-  out.submitted_s = static_cast<double>(job.created_at_ms) / 1000.0;
-  out.max_runtime_s = static_cast<double>(job.spec.max_runtime_seconds);
-  out.datasets = job.spec.datasets;
-  out.topology = job.spec.topology;
-  out.pool_set = job.spec.pool_set;
-  return out;
-}
-
-sched::Snapshot BuildSnapshot(const SchedulingSnapshot& in, int64_t now_ms,
-                              const std::map<std::string, int>& provisioning,
-                              const IdleTracker& idle) {
-  sched::Snapshot out;
-  out.now_s = static_cast<double>(now_ms) / 1000.0;
-  out.provisioning = provisioning;
-  out.nodes.reserve(in.all_nodes.size());
-  for (const Node& node : in.all_nodes) {
-    sched::NodeInfo info;
-    info.id = node.id;
-    info.name = node.name;
-    info.pool = node.pool;
-    if (auto it = node.labels.find("domain"); it != node.labels.end()) info.domain = it->second;
-    info.gpus.reserve(node.gpus.size());
-    for (const Gpu& gpu : node.gpus) {
-      info.gpus.push_back({gpu.id, gpu.index, gpu.model, gpu.memory_mb, !gpu.job_id.has_value()});
-    }
-    info.cpus = node.cpus;
-    info.memory_mb = node.memory_mb;
-    if (auto it = in.usage.find(node.id); it != in.usage.end()) {
-      info.cpus_used = it->second.cpus_used;
-      info.memory_mb_used = it->second.memory_mb_used;
-    }
-    info.schedulable = node.state == NodeState::kReady && !node.drain;
-    const int64_t idle_ms = idle.IdleSinceMs(node.id);
-    info.idle_since_s = idle_ms < 0 ? -1 : static_cast<double>(idle_ms) / 1000.0;
-    out.nodes.push_back(std::move(info));
+void IdleTracker::Apply(sched::Snapshot* snapshot) const {
+  for (sched::NodeInfo& node : snapshot->nodes) {
+    const int64_t idle_ms = IdleSinceMs(node.id);
+    node.idle_since_s = idle_ms < 0 ? -1 : static_cast<double>(idle_ms) / 1000.0;
   }
-  out.running.reserve(in.active.size());
-  for (const ActiveAttempt& active : in.active) {
-    sched::RunningJob run;
-    run.job_id = active.job.id;
-    run.attempt = active.attempt;
-    run.tenant = active.job.tenant;
-    run.team = active.job.team;
-    run.user = active.job.user;
-    run.priority = active.job.spec.priority;
-    run.preemptible = active.job.spec.preemptible;
-    run.started_s = static_cast<double>(active.admitted_at_ms) / 1000.0;
-    run.max_runtime_s = static_cast<double>(active.job.spec.max_runtime_seconds);
-    run.cpus_per_task = active.job.spec.cpus_per_task;
-    run.memory_mb_per_task = active.job.spec.memory_mb_per_task;
-    run.tasks = active.tasks;
-    run.terminating = active.terminating;
-    run.preempted_for = active.preempted_for;
-    out.running.push_back(std::move(run));
-  }
-  out.pending.reserve(in.pending.size());
-  for (const Job& job : in.pending) out.pending.push_back(ToPendingJob(job));
-  return out;
 }
 
 std::vector<sched::NodeInfo> CapacityNodes(const std::vector<Node>& nodes) {
