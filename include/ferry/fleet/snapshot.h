@@ -25,7 +25,7 @@ struct Placement {
 // Why a pending job was not placed (one per job and cycle).
 struct PendingReason {
   int64_t job_id = 0;
-  std::string reason;   // reason::kNoCapacity, ...
+  std::string reason;  // reason::kNoCapacity, ...
   std::string message;
 };
 
@@ -38,21 +38,21 @@ struct GpuSlot {
   int index = 0;      // on its node
   std::string model;  // compared case-insensitively (CanonicalGpuModel)
   int64_t memory_mb = 0;
-  bool free = true;   // no open allocation
+  bool free = true;  // no open allocation
 };
 
 struct NodeInfo {
   int64_t id = 0;
   std::string name;
   std::string pool;
-  std::string domain;         // interconnect domain (NVLink/IB island); empty: the node alone
+  std::string domain;  // interconnect domain (NVLink/IB island); empty: the node alone
   std::vector<GpuSlot> gpus;
-  double cpus = 0;            // total
-  int64_t memory_mb = 0;      // total
-  double cpus_used = 0;       // by open allocations
+  double cpus = 0;        // total
+  int64_t memory_mb = 0;  // total
+  double cpus_used = 0;   // by open allocations
   int64_t memory_mb_used = 0;
-  bool schedulable = true;    // READY and not drained (others count only for "could ever fit")
-  double idle_since_s = -1;   // when its last task ended (-1: busy, or never used)
+  bool schedulable = true;   // READY and not drained (others count only for "could ever fit")
+  double idle_since_s = -1;  // when its last task ended (-1: busy, or never used)
 };
 
 struct RunningJob {
@@ -61,8 +61,8 @@ struct RunningJob {
   std::string tenant, team, user;
   int priority = 0;
   bool preemptible = false;
-  double started_s = 0;       // when this attempt was admitted
-  double max_runtime_s = 0;   // 0: unlimited (never ends, for backfill planning)
+  double started_s = 0;      // when this attempt was admitted
+  double max_runtime_s = 0;  // 0: unlimited (never ends, for backfill planning)
   double cpus_per_task = 0;
   int64_t memory_mb_per_task = 0;
   std::vector<TaskPlacement> tasks;  // node_id/node and gpu_ids/gpu_indices as placed
@@ -82,11 +82,11 @@ struct PendingJob {
   int64_t memory_mb_per_task = 0;
   int priority = 0;
   bool preemptible = false;
-  double submitted_s = 0;     // first submission (age; attempts keep it)
-  double max_runtime_s = 0;   // 0: unlimited (never backfilled ahead of a reservation)
+  double submitted_s = 0;    // first submission (age; attempts keep it)
+  double max_runtime_s = 0;  // 0: unlimited (never backfilled ahead of a reservation)
   std::vector<std::string> datasets;
-  std::string topology;       // "" (none), "same_node" or "same_domain": a preference, not a rule
-  std::string pool_set;       // "" : the first pool set
+  std::string topology;  // "" (none), "same_node" or "same_domain": a preference, not a rule
+  std::string pool_set;  // "" : the first pool set
 };
 
 // The store loads nodes, running and pending jobs (Store::LoadSchedulingSnapshot);
@@ -94,9 +94,9 @@ struct PendingJob {
 // node's idle_since_s. The simulator builds the same shape from its own world.
 struct Snapshot {
   double now_s = 0;
-  std::vector<NodeInfo> nodes;          // every node, schedulable or not
-  std::vector<RunningJob> running;      // open allocations, by job
-  std::vector<PendingJob> pending;      // any order: the policy orders them
+  std::vector<NodeInfo> nodes;              // every node, schedulable or not
+  std::vector<RunningJob> running;          // open allocations, by job
+  std::vector<PendingJob> pending;          // any order: the policy orders them
   std::map<std::string, int> provisioning;  // pool → nodes requested and not yet registered
 };
 
