@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "fleet/server/server_internal.h"
+#include "fleet/server/clock.h"
 
 namespace ferry::fleet::server_internal {
 

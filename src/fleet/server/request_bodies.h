@@ -4,6 +4,7 @@
 // values are collected as FieldErrors, every one of them, never thrown.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -56,8 +57,5 @@ std::optional<CreateUserRequest> ParseCreateUserRequest(const nlohmann::json& bo
                                                         std::vector<FieldError>* errors);
 std::optional<RevokeUserRequest> ParseRevokeUserRequest(const nlohmann::json& body,
                                                         std::vector<FieldError>* errors);
-
-nlohmann::json FieldErrorJson(const FieldError& error);
-nlohmann::json TaskRefJson(const TaskRef& ref);
 
 }  // namespace ferry::fleet::server_internal

@@ -1,4 +1,4 @@
-#include "fleet/server/wire.h"
+#include "fleet/server/request_bodies.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "ferry/fleet/model_json.h"
-#include "fleet/server/server_internal.h"
+#include "fleet/server/request_parsing.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -60,8 +60,7 @@ class FieldReader {
     const json* value = Member(key, required);
     if (value == nullptr) return std::nullopt;
     if (!value->is_string() || !ValidName(value->get_ref<const std::string&>())) {
-      return Fail(key, "must be 1 to 128 characters of A-Z a-z 0-9 . _ - (not starting with .)"),
-             std::nullopt;
+      return Fail(key, "must be " + std::string(kNameRule)), std::nullopt;
     }
     return value->get<std::string>();
   }
@@ -158,6 +157,22 @@ bool CheckObject(const json& value, const std::string& field, std::vector<FieldE
   return false;
 }
 
+// The frame every body parser shares: the body must be an object with only
+// the `known` members; `fill` reads them into a fresh `Out`. nullopt when any
+// error was recorded.
+template <typename Out, typename Fill>
+std::optional<Out> ParseBody(const json& body, std::initializer_list<std::string_view> known,
+                             std::vector<FieldError>* errors, Fill fill) {
+  const size_t before = errors->size();
+  if (!CheckObject(body, "", errors)) return std::nullopt;
+  FieldReader reader(body, "", errors);
+  reader.RejectUnknown(known);
+  Out out;
+  fill(reader, out);
+  if (errors->size() != before) return std::nullopt;
+  return out;
+}
+
 std::optional<TaskRef> ParseTaskRef(FieldReader& reader) {
   auto job_id = reader.Int("job_id", true, 1, INT64_MAX);
   auto task = reader.Int("task", true, 0, JobSpec::kMaxTasks - 1);
@@ -170,161 +185,138 @@ std::optional<TaskRef> ParseTaskRef(FieldReader& reader) {
 
 std::optional<NodeRegistration> ParseNodeRegistration(const json& body,
                                                       std::vector<FieldError>* errors) {
-  const size_t before = errors->size();
-  if (!CheckObject(body, "", errors)) return std::nullopt;
-  FieldReader reader(body, "", errors);
-  reader.RejectUnknown(
-      {"name", "pool", "labels", "cpus", "memory_mb", "instance", "gpus", "address"});
-  NodeRegistration out;
-  out.name = reader.Name("name", true).value_or("");
-  out.pool = reader.Name("pool", false).value_or("default");
-  out.labels = reader.StringMap("labels").value_or(std::map<std::string, std::string>{});
-  out.cpus = reader.Number("cpus", false, 0, 1e6).value_or(0);
-  out.memory_mb = reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
-  out.instance = reader.String("instance", true, 1, 128).value_or("");
-  if (const json* gpus = reader.Array("gpus", 1024)) {
-    std::set<int> indices;
-    for (size_t i = 0; i < gpus->size(); ++i) {
-      const std::string field = "gpus[" + std::to_string(i) + "]";
-      if (!CheckObject((*gpus)[i], field, errors)) continue;
-      FieldReader gpu_reader((*gpus)[i], field + ".", errors);
-      gpu_reader.RejectUnknown({"index", "model", "memory_mb", "uuid"});
-      GpuInventory gpu;
-      auto index = gpu_reader.Int("index", true, 0, 1023);
-      gpu.model = gpu_reader.String("model", true, 1, 128).value_or("");
-      gpu.memory_mb = gpu_reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
-      gpu.uuid = gpu_reader.String("uuid", false, 0, 256).value_or("");
-      if (!index) continue;
-      gpu.index = static_cast<int>(*index);
-      if (!indices.insert(gpu.index).second) {
-        gpu_reader.Fail("index", "duplicate GPU index " + std::to_string(gpu.index));
-        continue;
-      }
-      if (gpu.uuid.empty()) gpu.uuid = out.name + "-gpu" + std::to_string(gpu.index);
-      out.gpus.push_back(std::move(gpu));
-    }
-  }
-  if (errors->size() != before) return std::nullopt;
-  return out;
+  return ParseBody<NodeRegistration>(
+      body, {"name", "pool", "labels", "cpus", "memory_mb", "instance", "gpus", "address"}, errors,
+      [&](FieldReader& reader, NodeRegistration& out) {
+        out.name = reader.Name("name", true).value_or("");
+        out.pool = reader.Name("pool", false).value_or("default");
+        out.labels = reader.StringMap("labels").value_or(std::map<std::string, std::string>{});
+        out.cpus = reader.Number("cpus", false, 0, 1e6).value_or(0);
+        out.memory_mb = reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
+        out.instance = reader.String("instance", true, 1, 128).value_or("");
+        const json* gpus = reader.Array("gpus", 1024);
+        if (gpus == nullptr) return;
+        std::set<int> indices;
+        for (size_t i = 0; i < gpus->size(); ++i) {
+          const std::string field = "gpus[" + std::to_string(i) + "]";
+          if (!CheckObject((*gpus)[i], field, errors)) continue;
+          FieldReader gpu_reader((*gpus)[i], field + ".", errors);
+          gpu_reader.RejectUnknown({"index", "model", "memory_mb", "uuid"});
+          GpuInventory gpu;
+          auto index = gpu_reader.Int("index", true, 0, 1023);
+          gpu.model = gpu_reader.String("model", true, 1, 128).value_or("");
+          gpu.memory_mb = gpu_reader.Int("memory_mb", false, 0, INT64_MAX / 2).value_or(0);
+          gpu.uuid = gpu_reader.String("uuid", false, 0, 256).value_or("");
+          if (!index) continue;
+          gpu.index = static_cast<int>(*index);
+          if (!indices.insert(gpu.index).second) {
+            gpu_reader.Fail("index", "duplicate GPU index " + std::to_string(gpu.index));
+            continue;
+          }
+          if (gpu.uuid.empty()) gpu.uuid = out.name + "-gpu" + std::to_string(gpu.index);
+          out.gpus.push_back(std::move(gpu));
+        }
+      });
 }
 
 std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors) {
-  const size_t before = errors->size();
-  if (!CheckObject(body, "", errors)) return std::nullopt;
-  FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"node", "instance", "running", "reports", "address"});
-  SyncRequest out;
-  out.now_ms = now_ms;
-  out.node = reader.Name("node", true).value_or("");
-  out.instance = reader.String("instance", true, 1, 128).value_or("");
-  if (const json* running = reader.Array("running", kMaxItems)) {
-    for (size_t i = 0; i < running->size(); ++i) {
-      const std::string field = "running[" + std::to_string(i) + "]";
-      if (!CheckObject((*running)[i], field, errors)) continue;
-      FieldReader ref_reader((*running)[i], field + ".", errors);
-      ref_reader.RejectUnknown({"job_id", "task", "attempt"});
-      if (auto ref = ParseTaskRef(ref_reader)) out.running.push_back(*ref);
-    }
-  }
-  if (const json* reports = reader.Array("reports", kMaxItems)) {
-    for (size_t i = 0; i < reports->size(); ++i) {
-      const std::string field = "reports[" + std::to_string(i) + "]";
-      if (!CheckObject((*reports)[i], field, errors)) continue;
-      FieldReader report_reader((*reports)[i], field + ".", errors);
-      report_reader.RejectUnknown(
-          {"job_id", "task", "attempt", "kind", "exit_code", "signal", "message", "at_ms"});
-      TaskReport report;
-      auto ref = ParseTaskRef(report_reader);
-      auto kind = report_reader.String("kind", true, 1, 32);
-      if (kind) {
-        if (*kind == "started") {
-          report.kind = TaskReport::Kind::kStarted;
-        } else if (*kind == "exited") {
-          report.kind = TaskReport::Kind::kExited;
-        } else if (*kind == "launch_failed") {
-          report.kind = TaskReport::Kind::kLaunchFailed;
-        } else {
-          report_reader.Fail("kind", "must be \"started\", \"exited\" or \"launch_failed\"");
+  return ParseBody<SyncRequest>(
+      body, {"node", "instance", "running", "reports", "address"}, errors,
+      [&](FieldReader& reader, SyncRequest& out) {
+        out.now_ms = now_ms;
+        out.node = reader.Name("node", true).value_or("");
+        out.instance = reader.String("instance", true, 1, 128).value_or("");
+        if (const json* running = reader.Array("running", kMaxItems)) {
+          for (size_t i = 0; i < running->size(); ++i) {
+            const std::string field = "running[" + std::to_string(i) + "]";
+            if (!CheckObject((*running)[i], field, errors)) continue;
+            FieldReader ref_reader((*running)[i], field + ".", errors);
+            ref_reader.RejectUnknown({"job_id", "task", "attempt"});
+            if (auto ref = ParseTaskRef(ref_reader)) out.running.push_back(*ref);
+          }
         }
-      }
-      if (auto code = report_reader.Int("exit_code", false, -255, 255)) {
-        report.exit_code = static_cast<int>(*code);
-      }
-      if (auto signal = report_reader.Int("signal", false, 1, 128)) {
-        report.signal = static_cast<int>(*signal);
-      }
-      report.message = report_reader.String("message", false, 0, 4096).value_or("");
-      report.at_ms = report_reader.Int("at_ms", false, 0, INT64_MAX / 2).value_or(now_ms);
-      if (report.at_ms == 0) report.at_ms = now_ms;
-      if (ref) report.ref = *ref;
-      out.reports.push_back(std::move(report));
-    }
-  }
-  if (errors->size() != before) return std::nullopt;
-  return out;
+        const json* reports = reader.Array("reports", kMaxItems);
+        if (reports == nullptr) return;
+        for (size_t i = 0; i < reports->size(); ++i) {
+          const std::string field = "reports[" + std::to_string(i) + "]";
+          if (!CheckObject((*reports)[i], field, errors)) continue;
+          FieldReader report_reader((*reports)[i], field + ".", errors);
+          report_reader.RejectUnknown(
+              {"job_id", "task", "attempt", "kind", "exit_code", "signal", "message", "at_ms"});
+          TaskReport report;
+          auto ref = ParseTaskRef(report_reader);
+          auto kind = report_reader.String("kind", true, 1, 32);
+          if (kind) {
+            if (*kind == "started") {
+              report.kind = TaskReport::Kind::kStarted;
+            } else if (*kind == "exited") {
+              report.kind = TaskReport::Kind::kExited;
+            } else if (*kind == "launch_failed") {
+              report.kind = TaskReport::Kind::kLaunchFailed;
+            } else {
+              report_reader.Fail("kind", "must be \"started\", \"exited\" or \"launch_failed\"");
+            }
+          }
+          if (auto code = report_reader.Int("exit_code", false, -255, 255)) {
+            report.exit_code = static_cast<int>(*code);
+          }
+          if (auto signal = report_reader.Int("signal", false, 1, 128)) {
+            report.signal = static_cast<int>(*signal);
+          }
+          report.message = report_reader.String("message", false, 0, 4096).value_or("");
+          report.at_ms = report_reader.Int("at_ms", false, 0, INT64_MAX / 2).value_or(now_ms);
+          if (report.at_ms == 0) report.at_ms = now_ms;
+          if (ref) report.ref = *ref;
+          out.reports.push_back(std::move(report));
+        }
+      });
 }
 
 std::optional<AgentLogUpload> ParseAgentLogUpload(const json& body,
                                                   std::vector<FieldError>* errors) {
-  const size_t before = errors->size();
-  if (!CheckObject(body, "", errors)) return std::nullopt;
-  FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"node", "job_id", "attempt", "task", "stream", "data"});
-  AgentLogUpload out;
-  out.node = reader.Name("node", true).value_or("");
-  out.job_id = reader.Int("job_id", true, 1, INT64_MAX).value_or(0);
-  out.attempt = static_cast<int>(reader.Int("attempt", true, 1, INT32_MAX).value_or(0));
-  out.task = static_cast<int>(reader.Int("task", true, 0, JobSpec::kMaxTasks - 1).value_or(0));
-  out.stream = reader.String("stream", true, 1, 16).value_or("");
-  if (!out.stream.empty() && out.stream != "stdout" && out.stream != "stderr") {
-    reader.Fail("stream", "must be \"stdout\" or \"stderr\"");
-  }
-  out.data = reader.String("data", true, 0, SIZE_MAX).value_or("");
-  if (errors->size() != before) return std::nullopt;
-  return out;
+  return ParseBody<AgentLogUpload>(
+      body, {"node", "job_id", "attempt", "task", "stream", "data"}, errors,
+      [](FieldReader& reader, AgentLogUpload& out) {
+        out.node = reader.Name("node", true).value_or("");
+        out.job_id = reader.Int("job_id", true, 1, INT64_MAX).value_or(0);
+        out.attempt = static_cast<int>(reader.Int("attempt", true, 1, INT32_MAX).value_or(0));
+        out.task =
+            static_cast<int>(reader.Int("task", true, 0, JobSpec::kMaxTasks - 1).value_or(0));
+        out.stream = reader.String("stream", true, 1, 16).value_or("");
+        if (!out.stream.empty() && out.stream != "stdout" && out.stream != "stderr") {
+          reader.Fail("stream", "must be \"stdout\" or \"stderr\"");
+        }
+        out.data = reader.String("data", true, 0, SIZE_MAX).value_or("");
+      });
 }
 
 std::optional<CreateUserRequest> ParseCreateUserRequest(const json& body,
                                                         std::vector<FieldError>* errors) {
-  const size_t before = errors->size();
-  if (!CheckObject(body, "", errors)) return std::nullopt;
-  FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"tenant", "team", "name", "role"});
-  CreateUserRequest out;
-  out.tenant = reader.Name("tenant", true).value_or("");
-  out.team = reader.Name("team", true).value_or("");
-  out.name = reader.Name("name", true).value_or("");
-  if (auto role = reader.String("role", true, 1, 32)) {
-    if (auto parsed = ParseRole(*role)) {
-      out.role = *parsed;
-    } else {
-      reader.Fail("role", "must be \"user\", \"team_admin\", \"platform_admin\" or \"agent\"");
-    }
-  }
-  if (errors->size() != before) return std::nullopt;
-  return out;
+  return ParseBody<CreateUserRequest>(
+      body, {"tenant", "team", "name", "role"}, errors,
+      [](FieldReader& reader, CreateUserRequest& out) {
+        out.tenant = reader.Name("tenant", true).value_or("");
+        out.team = reader.Name("team", true).value_or("");
+        out.name = reader.Name("name", true).value_or("");
+        if (auto role = reader.String("role", true, 1, 32)) {
+          if (auto parsed = ParseRole(*role)) {
+            out.role = *parsed;
+          } else {
+            reader.Fail("role",
+                        "must be \"user\", \"team_admin\", \"platform_admin\" or \"agent\"");
+          }
+        }
+      });
 }
 
 std::optional<RevokeUserRequest> ParseRevokeUserRequest(const json& body,
                                                         std::vector<FieldError>* errors) {
-  const size_t before = errors->size();
-  if (!CheckObject(body, "", errors)) return std::nullopt;
-  FieldReader reader(body, "", errors);
-  reader.RejectUnknown({"tenant", "name"});
-  RevokeUserRequest out;
-  out.tenant = reader.Name("tenant", true).value_or("");
-  out.name = reader.Name("name", true).value_or("");
-  if (errors->size() != before) return std::nullopt;
-  return out;
-}
-
-json FieldErrorJson(const FieldError& error) {
-  return {{"field", error.field}, {"detail", error.detail}};
-}
-
-json TaskRefJson(const TaskRef& ref) {
-  return {{"job_id", ref.job_id}, {"task", ref.task}, {"attempt", ref.attempt}};
+  return ParseBody<RevokeUserRequest>(body, {"tenant", "name"}, errors,
+                                      [](FieldReader& reader, RevokeUserRequest& out) {
+                                        out.tenant = reader.Name("tenant", true).value_or("");
+                                        out.name = reader.Name("name", true).value_or("");
+                                      });
 }
 
 std::optional<std::string> ParseAdvertisedAddress(const json& body,

@@ -1,0 +1,164 @@
+// /v1/agent: node registration, the sync long poll (reports in, work and
+// stops out, with each gang's rendezvous) and log uploads.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fleet/server/clock.h"
+#include "fleet/server/fleet_server.h"
+#include "fleet/server/request_bodies.h"
+
+namespace ferry::fleet::server_internal {
+
+using nlohmann::json;
+
+namespace {
+
+json TaskRefJson(const TaskRef& ref) {
+  return {{"job_id", ref.job_id}, {"task", ref.task}, {"attempt", ref.attempt}};
+}
+
+}  // namespace
+
+void FleetServer::RememberAddress(const std::string& node, const std::string& address) {
+  if (address.empty()) return;
+  std::lock_guard<std::mutex> lock(address_mu_);
+  node_addresses_[node] = address;
+}
+
+void FleetServer::AddRendezvous(TaskAssignment* assignment) {
+  {
+    std::lock_guard<std::mutex> lock(address_mu_);
+    assignment->gang_addresses.clear();
+    for (const std::string& node : assignment->gang_nodes) {
+      auto it = node_addresses_.find(node);
+      assignment->gang_addresses.push_back(it == node_addresses_.end() ? node : it->second);
+    }
+  }
+  const int64_t span = int64_t{options_.rendezvous_port_max} - options_.rendezvous_port_min + 1;
+  assignment->rendezvous_port =
+      options_.rendezvous_port_min + static_cast<int>(assignment->ref.job_id % span);
+}
+
+void FleetServer::AgentRegister(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  std::optional<json> body = ReadJsonBody(c);
+  if (!body) return;
+  std::vector<FieldError> errors;
+  std::optional<NodeRegistration> registration = ParseNodeRegistration(*body, &errors);
+  std::optional<std::string> address = ParseAdvertisedAddress(*body, &errors);
+  if (!registration || !address) return SendValidation(c, errors);
+  Result<Node> node = store_->RegisterNode(*registration, NowMs(), options_.lease_ms);
+  if (!node.ok()) {
+    if (node.status().code() == StatusCode::kInvalid) {
+      return SendValidation(c, {{"(body)", node.status().message()}});
+    }
+    return SendStoreError(c, node.status());
+  }
+  RememberAddress(registration->name, *address);
+  // A re-registration may have requeued the old instance's jobs, and new
+  // capacity may fit pending jobs: schedule now; end the old instance's poll.
+  WakeNodes({registration->name});
+  WakeLogWaiters();
+  WakeScheduler();
+  SendJson(c, 200, {{"node", ToJson(*node)}, {"lease_ms", options_.lease_ms}});
+}
+
+void FleetServer::AgentSync(Call& c) {
+  if (!OnlyParams(c, {"wait_ms"})) return;
+  std::optional<int64_t> wait_ms = IntParam(c, "wait_ms", 0, 0, INT64_MAX / 4);
+  if (!wait_ms) return;
+  *wait_ms = std::min(*wait_ms, options_.lease_ms / 2);
+  std::optional<json> body = ReadJsonBody(c);
+  if (!body) return;
+  std::vector<FieldError> errors;
+  std::optional<SyncRequest> request = ParseSyncRequest(*body, NowMs(), &errors);
+  std::optional<std::string> address = ParseAdvertisedAddress(*body, &errors);
+  if (!request || !address) return SendValidation(c, errors);
+  request->lease_ms = options_.lease_ms;
+  RememberAddress(request->node, *address);
+
+  auto generation = [&] {
+    std::lock_guard<std::mutex> lock(node_mu_);
+    auto it = node_gen_.find(request->node);
+    return std::make_pair(it == node_gen_.end() ? 0 : it->second, all_nodes_gen_);
+  };
+  auto seen = generation();
+  Result<SyncResult> result = store_->SyncNode(*request);
+  if (!result.ok()) return SendStoreError(c, result.status());
+
+  if (!request->reports.empty()) {
+    // Exits free GPUs and may end a gang: reschedule, tell the peers, wake log readers.
+    bool ended = false;
+    std::set<std::string> peers;
+    for (const TaskReport& report : request->reports) {
+      if (report.kind == TaskReport::Kind::kStarted) continue;
+      ended = true;
+      for (const std::string& node : NodesOfJob(report.ref.job_id)) {
+        if (node != request->node) peers.insert(node);
+      }
+    }
+    if (ended) WakeScheduler();
+    WakeNodes(peers);
+    WakeLogWaiters();
+  }
+
+  const bool idle = result->registered && result->start.empty() && result->stop.empty();
+  if (idle && *wait_ms > 0 && !stopping_.load() && TryEnterLongPoll()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait_ms);
+    bool woken = false;
+    {
+      std::unique_lock<std::mutex> lock(node_mu_);
+      woken = node_cv_.wait_until(lock, deadline, [&] {
+        if (stopping_.load()) return true;
+        auto it = node_gen_.find(request->node);
+        const uint64_t mine = it == node_gen_.end() ? 0 : it->second;
+        return std::make_pair(mine, all_nodes_gen_) != seen;
+      });
+    }
+    LeaveLongPoll();
+    if (woken && !stopping_.load()) {
+      // The reports were applied above; this sync only renews and asks again.
+      SyncRequest again = *request;
+      again.reports.clear();
+      again.now_ms = NowMs();
+      Result<SyncResult> second = store_->SyncNode(again);
+      if (!second.ok()) return SendStoreError(c, second.status());
+      result = std::move(second);
+    }
+  }
+
+  json start = json::array();
+  for (TaskAssignment& assignment : result->start) {
+    AddRendezvous(&assignment);
+    start.push_back(ToJson(assignment));
+  }
+  json stop = json::array();
+  for (const TaskRef& ref : result->stop) stop.push_back(TaskRefJson(ref));
+  SendJson(c, 200,
+           {{"registered", result->registered},
+            {"lease_expires_at_ms", result->lease_expires_at_ms},
+            {"stop_grace_ms", result->stop_grace_ms.value_or(options_.stop_grace_ms)},
+            {"start", std::move(start)},
+            {"stop", std::move(stop)}});
+}
+
+void FleetServer::AgentLogs(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  std::optional<AgentLogUpload> upload = ParseJsonBody(c, ParseAgentLogUpload);
+  if (!upload) return;
+  Status appended = store_->AppendLog(upload->job_id, upload->attempt, upload->task, upload->stream,
+                                      upload->data, NowMs());
+  if (!appended.ok()) {
+    if (appended.code() == StatusCode::kInvalid) {
+      return SendValidation(c, {{"job_id", appended.message()}});
+    }
+    return SendStoreError(c, appended);
+  }
+  WakeLogWaiters();
+  c.res.status = 204;
+}
+
+}  // namespace ferry::fleet::server_internal

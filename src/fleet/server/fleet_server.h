@@ -1,0 +1,336 @@
+// The fleet control plane behind RunServer (include/ferry/fleet/server.h):
+// the FleetServer class, shared by the files that implement it, one API area
+// or one background loop each:
+//
+//   server.cc             RunServer: options, startup, threads, stop order
+//   bootstrap.cc          the first users and their token files
+//   http_plumbing.cc      dispatch, authentication, roles, rate limits,
+//                         replies and request reading helpers
+//   routes.cc             the route table and httplib's own error answers
+//   health_handlers.cc    /healthz, /readyz
+//   job_handlers.cc       /v1/jobs...: submit, list, get, cancel, events, logs
+//   node_handlers.cc      /v1/nodes, /v1/pools, /v1/gpus
+//   user_handlers.cc      /v1/whoami, /v1/admin/users...
+//   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
+//   scheduler_handler.cc  /v1/scheduler
+//   scheduler_loop.cc     the scheduler thread's passes and preemptions
+//   maintenance_loop.cc   lease and runtime expiry, config reload, key purge
+//
+// Threads: httplib's pool serves requests (long polls block a worker); one
+// scheduler thread runs passes of the scheduling core (sched.h) on a timer
+// and when woken; the provisioning controller's thread talks to the cloud
+// providers; one maintenance thread expires leases and runtimes, reloads the
+// scheduler config and purges keys; the calling thread waits for the stop
+// request and then tears everything down in order. Internal to src/fleet/server.
+#pragma once
+
+#include <httplib.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ferry/base/status.h"
+#include "ferry/fleet/model.h"
+#include "ferry/fleet/model_json.h"
+#include "ferry/fleet/sched.h"
+#include "ferry/fleet/sched_config.h"
+#include "ferry/fleet/server.h"
+#include "ferry/fleet/store.h"
+#include "fleet/server/api_tokens.h"
+#include "fleet/server/in_flight_keys.h"
+#include "fleet/server/provisioning.h"
+#include "fleet/server/rate_limiter.h"
+#include "fleet/server/scheduler_view.h"
+
+namespace ferry::fleet::server_internal {
+
+// Who may call a route.
+enum class Access {
+  kPublic,  // no token (health)
+  kUser,    // any role but agent
+  kAdmin,   // platform_admin
+  kAgent,   // agent or platform_admin
+};
+
+// One request being handled.
+struct Call {
+  const httplib::Request& req;
+  httplib::Response& res;
+  std::vector<std::string> captures;
+  Principal principal;
+  // The query, split at the first '=' of each pair (httplib splits at the
+  // last one, which breaks `label=key=value`).
+  std::multimap<std::string, std::string> params;
+
+  bool HasParam(const std::string& name) const { return params.count(name) > 0; }
+  size_t ParamCount(const std::string& name) const { return params.count(name); }
+  std::string Param(const std::string& name, size_t index = 0) const {
+    auto range = params.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it, --index) {
+      if (index == 0) return it->second;
+    }
+    return "";
+  }
+};
+
+struct Route {
+  std::string method;
+  std::string pattern;  // "{}" stands for one path segment (see MatchPath)
+  Access access;
+  std::function<void(Call&)> handler;
+};
+
+// Writes `text` to `path` through a temporary file and a rename, so readers
+// never see a partial file. `mode` applies from creation on.
+Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode);
+
+// On a store without users: tenant/team "default", users "admin" and
+// "agent", and their tokens in <data_dir>. The token files are written
+// before the store learns the hashes, so a token the store accepts is never lost.
+Status Bootstrap(Store& store, const std::string& data_dir);
+
+// The scheduling core and what it was last told and did. Shared by the
+// scheduler thread (cycles), the maintenance thread (config reloads) and
+// request handlers (quota checks, GET /v1/scheduler); one lock.
+struct CoreState {
+  std::mutex mu;
+  std::unique_ptr<sched::Scheduler> scheduler;
+  std::optional<ConfigWatcher> watcher;  // with --scheduler-config
+  std::string config_error;              // the last reload that failed (cleared by a good one)
+  int64_t config_loaded_ms = 0;
+  sched::CycleStats last_stats;
+  int64_t last_cycle_ms = 0;
+  int64_t preemptions = 0;  // since the server started
+};
+
+class FleetServer {
+ public:
+  FleetServer(const ServerOptions& options, std::unique_ptr<httplib::Server> listener,
+              std::unique_ptr<Store> store, std::unique_ptr<sched::Scheduler> scheduler,
+              std::optional<ConfigWatcher> watcher);
+
+  Status Run(std::atomic<bool>* stop, bool handle_signals);
+
+ private:
+  // ---- Responses (http_plumbing.cc).
+  void SendJson(Call& c, int status, const nlohmann::json& body);
+  void SendProblem(Call& c, int status, std::string_view type, std::string_view detail,
+                   const std::vector<FieldError>& errors = {});
+  void SendStoreError(Call& c, const Status& status);
+  void SendValidation(Call& c, const std::vector<FieldError>& errors);
+  void SendNoJob(Call& c, int64_t id);  // 404
+
+  // ---- Request helpers (http_plumbing.cc). Each returns nullopt (or
+  // false) after sending the problem.
+  std::optional<nlohmann::json> ReadJsonBody(Call& c);
+  std::optional<int64_t> JobIdFrom(Call& c);
+  // Parses an integer query parameter; `fallback` when absent.
+  std::optional<int64_t> IntParam(Call& c, const std::string& name, int64_t fallback, int64_t min,
+                                  int64_t max);
+  bool OnlyParams(Call& c, std::initializer_list<std::string_view> allowed);
+  // Reads the JSON body and parses it with `parse`, one of request_bodies.h's
+  // parsers; a body that breaks its rules is answered 422.
+  template <typename Parse>
+  auto ParseJsonBody(Call& c, Parse parse)
+      -> decltype(parse(nlohmann::json(), static_cast<std::vector<FieldError>*>(nullptr))) {
+    std::optional<nlohmann::json> body = ReadJsonBody(c);
+    if (!body) return std::nullopt;
+    std::vector<FieldError> errors;
+    auto parsed = parse(*body, &errors);
+    if (!parsed) SendValidation(c, errors);
+    return parsed;
+  }
+  // A query parameter that may appear at most once.
+  bool AtMostOnce(Call& c, const std::string& name);
+  Scope ScopeOf(const Principal& p) const {
+    return p.role == Role::kPlatformAdmin ? Scope::All() : Scope::Tenant(p.tenant_id);
+  }
+
+  // ---- Routing and auth (routes.cc, http_plumbing.cc).
+  void AddRoute(const std::string& method, const std::string& pattern, Access access,
+                std::function<void(Call&)> handler) {
+    routes_.push_back({method, pattern, access, std::move(handler)});
+  }
+  void InstallRoutes();
+  void Dispatch(const httplib::Request& req, httplib::Response& res);
+  // Resolves the bearer token; sends 401 and returns nullopt when it fails.
+  std::optional<Principal> Authenticate(Call& c);
+
+  // ---- Handlers, one file per API area.
+  void Health(Call& c);
+  void Ready(Call& c);
+  void WhoAmI(Call& c);
+  void SubmitJob(Call& c);
+  void GetJob(Call& c);
+  void ListJobs(Call& c);
+  void CancelJob(Call& c);
+  void ListEvents(Call& c);
+  void ReadLogs(Call& c);
+  void ListNodes(Call& c);
+  void GetNode(Call& c);
+  void SetDrain(Call& c, bool drain);
+  void ListPools(Call& c);
+  void ListGpus(Call& c);
+  void CreateUser(Call& c);
+  void ListUsers(Call& c);
+  void RevokeUser(Call& c);
+  void IssueToken(Call& c);
+  void AgentRegister(Call& c);
+  void AgentSync(Call& c);
+  void AgentLogs(Call& c);
+  void GetScheduler(Call& c);
+
+  // Adds a new token for `owner` (a new user or an existing one) and answers
+  // 201 with the user and the token, shown this once.
+  void SendNewToken(Call& c, const Principal& owner, const std::string& token,
+                    const std::string& note);
+
+  // ---- Wake-ups.
+  void WakeScheduler() {
+    {
+      std::lock_guard<std::mutex> lock(sched_mu_);
+      sched_wake_ = true;
+    }
+    sched_cv_.notify_one();
+  }
+  void WakeNodes(const std::set<std::string>& names) {
+    if (names.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(node_mu_);
+      for (const auto& name : names) ++node_gen_[name];
+    }
+    node_cv_.notify_all();
+  }
+  void WakeAllNodes() {
+    {
+      std::lock_guard<std::mutex> lock(node_mu_);
+      ++all_nodes_gen_;
+    }
+    node_cv_.notify_all();
+  }
+  void WakeLogWaiters() {
+    {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      ++log_gen_;
+    }
+    log_cv_.notify_all();
+  }
+  // Nodes holding the job's current placement (to tell them to stop).
+  std::set<std::string> NodesOfJob(int64_t job_id);
+
+  // ---- Background loops (scheduler_loop.cc, maintenance_loop.cc, server.cc).
+  void SchedulerLoop();
+  Status SchedulingPass();
+  void ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
+                        const sched::Snapshot& snapshot);
+  void MaintenanceLoop();
+  void ReloadConfig();
+  Status StartProvisioning(int port);
+  bool WaitForStop(int64_t ms) {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    return stop_cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stopping_.load(); });
+  }
+  // Writes "ferry server: <what>: <status>" to stderr, the same line at most every 10 s.
+  void LogError(const std::string& what, const Status& status);
+
+  // Bounds the long polls so that some workers always serve ordinary requests.
+  bool TryEnterLongPoll() {
+    int current = long_polls_.load();
+    while (current < max_long_polls_) {
+      if (long_polls_.compare_exchange_weak(current, current + 1)) return true;
+    }
+    LogError("long polls", Status::Invalid("all " + std::to_string(max_long_polls_) +
+                                           " waiting slots are busy, answering at once; "
+                                           "raise --threads above the number of nodes"));
+    return false;
+  }
+  void LeaveLongPoll() { long_polls_.fetch_sub(1); }
+  // A long-poll slot that is given back when the scope ends.
+  class LongPollSlot {
+   public:
+    explicit LongPollSlot(FleetServer* server) : server_(server) {}
+    ~LongPollSlot() {
+      if (held_) server_->LeaveLongPoll();
+    }
+    LongPollSlot(const LongPollSlot&) = delete;
+    LongPollSlot& operator=(const LongPollSlot&) = delete;
+    bool TryEnter() { return held_ = server_->TryEnterLongPoll(); }
+    bool held() const { return held_; }
+
+   private:
+    FleetServer* server_;
+    bool held_ = false;
+  };
+
+  // ---- Node addresses and gang rendezvous (agent_handlers.cc).
+  void RememberAddress(const std::string& node, const std::string& address);
+  // What an agent needs to rendezvous a gang: every task's node address (the
+  // node name when its agent never sent one) and the job's port.
+  void AddRendezvous(TaskAssignment* assignment);
+
+  const ServerOptions options_;
+  std::unique_ptr<Store> store_;
+  // Plain HTTP or TLS (listener.h); everything else talks to it as http_.
+  std::unique_ptr<httplib::Server> listener_;
+  httplib::Server& http_;
+  std::vector<Route> routes_;
+  RateLimiter limiter_;
+  InFlightKeys in_flight_;
+  TokenCache token_cache_;
+
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+
+  std::mutex sched_mu_;
+  std::condition_variable sched_cv_;
+  bool sched_wake_ = false;
+  // The pending reason last written per job (scheduler thread only), with the
+  // attempt it was written for: a long queue's unchanged reasons are not
+  // rewritten every pass.
+  std::unordered_map<int64_t, std::pair<int, std::string>> written_reasons_;
+  IdleTracker idle_;          // scheduler thread only
+  int64_t last_pass_ms_ = 0;  // scheduler thread only
+
+  CoreState core_;
+  std::unique_ptr<ProvisioningController> provisioning_;
+
+  std::mutex node_mu_;
+  std::condition_variable node_cv_;
+  std::map<std::string, uint64_t> node_gen_;
+  uint64_t all_nodes_gen_ = 0;
+
+  // The advertised address of each node, from its last registration or sync
+  // that sent one (not stored: agents send it with every sync, so a restarted
+  // server learns it again within a sync interval).
+  std::mutex address_mu_;
+  std::map<std::string, std::string> node_addresses_;
+
+  std::mutex log_mu_;
+  std::condition_variable log_cv_;
+  uint64_t log_gen_ = 0;
+
+  const int max_long_polls_;
+  std::atomic<int> long_polls_{0};
+
+  std::mutex error_mu_;
+  std::map<std::string, int64_t> last_error_ms_;
+};
+
+}  // namespace ferry::fleet::server_internal

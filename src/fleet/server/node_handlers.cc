@@ -1,0 +1,67 @@
+// /v1/nodes (list, get, drain, undrain), /v1/pools and /v1/gpus.
+#include <string>
+
+#include "fleet/server/fleet_server.h"
+
+namespace ferry::fleet::server_internal {
+
+using nlohmann::json;
+
+void FleetServer::ListNodes(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  Result<std::vector<Node>> nodes = store_->ListNodes();
+  if (!nodes.ok()) return SendStoreError(c, nodes.status());
+  json list = json::array();
+  for (const Node& node : *nodes) list.push_back(ToJson(node));
+  SendJson(c, 200, {{"nodes", std::move(list)}});
+}
+
+void FleetServer::GetNode(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  Result<std::optional<Node>> node = store_->GetNode(c.captures.at(0));
+  if (!node.ok()) return SendStoreError(c, node.status());
+  if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + c.captures.at(0));
+  SendJson(c, 200, ToJson(**node));
+}
+
+void FleetServer::SetDrain(Call& c, bool drain) {
+  if (!OnlyParams(c, {})) return;
+  const std::string& name = c.captures.at(0);
+  Result<bool> found = store_->SetDrain(name, drain);
+  if (!found.ok()) return SendStoreError(c, found.status());
+  if (!*found) return SendProblem(c, 404, "not-found", "no node " + name);
+  if (!drain) WakeScheduler();
+  Result<std::optional<Node>> node = store_->GetNode(name);
+  if (!node.ok()) return SendStoreError(c, node.status());
+  if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + name);
+  SendJson(c, 200, ToJson(**node));
+}
+
+void FleetServer::ListPools(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  Result<std::vector<Pool>> pools = store_->ListPools();
+  if (!pools.ok()) return SendStoreError(c, pools.status());
+  json list = json::array();
+  for (const Pool& pool : *pools) list.push_back(ToJson(pool));
+  SendJson(c, 200, {{"pools", std::move(list)}});
+}
+
+void FleetServer::ListGpus(Call& c) {
+  if (!OnlyParams(c, {})) return;
+  Result<std::vector<Node>> nodes = store_->ListNodes();
+  if (!nodes.ok()) return SendStoreError(c, nodes.status());
+  json list = json::array();
+  for (const Node& node : *nodes) {
+    for (const Gpu& gpu : node.gpus) {
+      list.push_back({{"node", node.name},
+                      {"index", gpu.index},
+                      {"model", gpu.model},
+                      {"memory_mb", gpu.memory_mb},
+                      {"uuid", gpu.uuid},
+                      {"job_id", gpu.job_id ? json(*gpu.job_id) : json(nullptr)}});
+    }
+  }
+  SendJson(c, 200, {{"gpus", std::move(list)}});
+}
+
+}  // namespace ferry::fleet::server_internal

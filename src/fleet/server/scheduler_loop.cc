@@ -1,0 +1,134 @@
+// The scheduler thread: a pass loads the store's snapshot, runs one cycle of
+// the scheduling core, commits placements and pending reasons, asks the
+// victims of preemptions to stop and hands cloud work to the provisioning
+// controller.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fleet/server/clock.h"
+#include "fleet/server/fleet_server.h"
+
+namespace ferry::fleet::server_internal {
+
+namespace {
+
+// With nothing pending, a pass still runs this often: fair-share usage
+// advances and idle cloud nodes are found.
+constexpr int64_t kIdlePassIntervalMs = 1'000;
+
+}  // namespace
+
+Status FleetServer::SchedulingPass() {
+  FERRY_ASSIGN_OR_RAISE(sched::Snapshot snapshot, store_->LoadSchedulingSnapshot());
+  const int64_t now = NowMs();
+  idle_.Update(snapshot, now);
+  if (snapshot.pending.empty() && now - last_pass_ms_ < kIdlePassIntervalMs) {
+    return Status::OK();
+  }
+  last_pass_ms_ = now;
+  snapshot.now_s = static_cast<double>(now) / 1000.0;
+  if (provisioning_) snapshot.provisioning = provisioning_->Provisioning(snapshot.nodes);
+  idle_.Apply(&snapshot);
+  sched::Decision decision;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    decision = core_.scheduler->Cycle(snapshot);
+    core_.last_stats = decision.stats;
+    core_.last_cycle_ms = now;
+    core_.preemptions += static_cast<int64_t>(decision.preemptions.size());
+  }
+
+  std::unordered_map<int64_t, int> attempts;
+  for (const sched::PendingJob& job : snapshot.pending) attempts[job.job_id] = job.attempt;
+  std::unordered_map<int64_t, std::pair<int, std::string>> reasons;
+  std::vector<PendingReason> changed;
+  for (const PendingReason& pending : decision.pending) {
+    std::pair<int, std::string> entry(attempts[pending.job_id], pending.reason);
+    auto previous = written_reasons_.find(pending.job_id);
+    if (previous == written_reasons_.end() || previous->second != entry) {
+      changed.push_back(pending);
+    }
+    reasons.emplace(pending.job_id, std::move(entry));
+  }
+  FERRY_ASSIGN_OR_RAISE(CommitResult commit,
+                        store_->CommitPlacements(decision.placements, changed, NowMs()));
+  written_reasons_ = std::move(reasons);  // jobs no longer pending drop out
+
+  ApplyPreemptions(decision.preemptions, snapshot);
+  if (provisioning_) provisioning_->Submit(decision.provision, decision.scale_down);
+
+  if (commit.admitted.empty()) return Status::OK();
+  std::map<int64_t, std::string> names;
+  for (const sched::NodeInfo& node : snapshot.nodes) names[node.id] = node.name;
+  std::set<int64_t> admitted(commit.admitted.begin(), commit.admitted.end());
+  std::set<std::string> nodes;
+  for (const Placement& placement : decision.placements) {
+    if (!admitted.count(placement.job_id)) continue;
+    for (const TaskPlacement& task : placement.tasks) {
+      nodes.insert(task.node.empty() ? names[task.node_id] : task.node);
+    }
+  }
+  nodes.erase("");
+  WakeNodes(nodes);
+  WakeLogWaiters();
+  return Status::OK();
+}
+
+void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
+                                   const sched::Snapshot& snapshot) {
+  if (preemptions.empty()) return;
+  std::set<std::string> nodes;
+  for (const sched::Preemption& preemption : preemptions) {
+    PreemptRequest request;
+    request.job_id = preemption.job_id;
+    request.attempt = preemption.attempt;
+    request.reason = preemption.reason;
+    request.for_job = preemption.for_job;
+    request.grace_ms = std::max<int64_t>(0, std::llround(preemption.grace_s * 1000.0));
+    Result<bool> done = store_->PreemptJob(request, NowMs());
+    if (!done.ok()) {
+      LogError("preempting job " + std::to_string(preemption.job_id), done.status());
+      continue;
+    }
+    if (!*done) continue;  // it ended meanwhile
+    for (const sched::RunningJob& running : snapshot.running) {
+      if (running.job_id != preemption.job_id || running.attempt != preemption.attempt) continue;
+      for (const TaskPlacement& task : running.tasks) nodes.insert(task.node);
+    }
+  }
+  nodes.erase("");
+  // The victims' agents learn of the stop now (with the grace), not at their next poll.
+  WakeNodes(nodes);
+  WakeLogWaiters();
+}
+
+void FleetServer::SchedulerLoop() {
+  const auto interval =
+      std::chrono::milliseconds(std::max<int64_t>(1, options_.schedule_interval_ms));
+  auto last_pass = std::chrono::milliseconds(0);
+  while (!stopping_.load()) {
+    {
+      // Wake-ups (submissions, exits) within a pass's own duration of the
+      // last one coalesce, so a burst against a long queue does not keep
+      // the scheduler busy all the time.
+      const auto gap = std::min<std::chrono::milliseconds>(
+          interval, std::max<std::chrono::milliseconds>(std::chrono::milliseconds(2), last_pass));
+      std::unique_lock<std::mutex> lock(sched_mu_);
+      if (sched_cv_.wait_for(lock, gap, [&] { return stopping_.load(); })) break;
+      sched_cv_.wait_for(lock, interval - gap, [&] { return sched_wake_ || stopping_.load(); });
+      sched_wake_ = false;
+    }
+    if (stopping_.load()) break;
+    const auto started = std::chrono::steady_clock::now();
+    Status status = SchedulingPass();
+    if (!status.ok()) LogError("scheduling pass", status);
+    last_pass = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+  }
+}
+
+}  // namespace ferry::fleet::server_internal
