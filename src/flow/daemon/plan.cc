@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <tuple>
@@ -105,16 +106,38 @@ bool HasPythonOperator(const NodeSpec& node) {
 
 }  // namespace
 
+std::string InstalledPythonPath(const std::string& ferry_exe) {
+  const std::filesystem::path bin = std::filesystem::path(ferry_exe).parent_path();
+  std::error_code ec;
+  // cmake --install: <prefix>/bin/ferry beside <prefix>/lib/ferry/python/ferry.
+  for (const char* libdir : {"lib", "lib64"}) {
+    const std::filesystem::path python = bin.parent_path() / libdir / "ferry" / "python";
+    if (std::filesystem::exists(python / "ferry" / "__init__.py", ec)) return python.string();
+  }
+  // A wheel: <site-packages>/ferry/bin/ferry inside the package itself.
+  const std::filesystem::path package = bin.parent_path();
+  if (bin.filename() == "bin" && package.filename() == "ferry" &&
+      std::filesystem::exists(package / "__init__.py", ec)) {
+    return package.parent_path().string();
+  }
+  return "";
+}
+
 LaunchSettings DefaultLaunchSettings() {
   LaunchSettings settings;
   char buffer[4096];
   ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
   settings.ferry_exe =
       length > 0 ? std::string(buffer, static_cast<size_t>(length)) : std::string("/proc/self/exe");
-  std::string python = FERRY_DEFAULT_PYTHON;
+  // An installed ferry uses the package installed with it and the python3 on
+  // PATH; only a build tree's ferry falls back to the checkout and the
+  // interpreter the build was configured with.
+  const std::string installed = InstalledPythonPath(settings.ferry_exe);
+  std::string python = installed.empty() ? FERRY_DEFAULT_PYTHON : "python3";
   if (python.find('/') != std::string::npos && !IsExecutable(python)) python = "python3";
   settings.python = EnvOr("FERRY_PYTHON", python);
-  settings.python_path = EnvOr("FERRY_PYTHONPATH", FERRY_DEFAULT_PYTHONPATH);
+  settings.python_path =
+      EnvOr("FERRY_PYTHONPATH", installed.empty() ? FERRY_DEFAULT_PYTHONPATH : installed);
   return settings;
 }
 

@@ -28,10 +28,16 @@ struct LaunchSettings {
   std::string python_path;
 };
 
-// $FERRY_PYTHON, else the interpreter the build was configured with when it
-// exists, else "python3"; $FERRY_PYTHONPATH, else the checkout's python/
-// directory; `ferry_exe` is /proc/self/exe resolved.
+// $FERRY_PYTHON, else for an installed ferry (InstalledPythonPath) "python3"
+// and for a build tree's the interpreter the build was configured with when
+// it exists, else "python3"; $FERRY_PYTHONPATH, else the installed package's
+// directory or the checkout's python/; `ferry_exe` is /proc/self/exe resolved.
 LaunchSettings DefaultLaunchSettings();
+
+// The directory to put on PYTHONPATH for a ferry installed at `ferry_exe`
+// (`cmake --install`: <prefix>/lib/ferry/python; a wheel: the site-packages
+// holding the ferry package), or "" for a build tree's ferry.
+std::string InstalledPythonPath(const std::string& ferry_exe);
 
 // One producer -> consumer connection.
 struct Edge {

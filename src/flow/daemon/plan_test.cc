@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "testing/test_util.h"
@@ -237,6 +239,29 @@ TEST(PlanTest, RunNames) {
   EXPECT_FALSE(CheckRunName(std::string(49, 'a')).ok());
   auto plan = PlanDataflow(SampleDataflow(), "bad name", Settings());
   EXPECT_FALSE(plan.ok());
+}
+
+TEST(PlanTest, InstalledLayoutsFindTheirOwnPythonPackage) {
+  testing::ScratchDir dir("ferry-plan");
+  namespace fs = std::filesystem;
+  const fs::path root(dir.path());
+  // cmake --install: <prefix>/bin/ferry, <prefix>/lib/ferry/python/ferry/__init__.py.
+  fs::create_directories(root / "prefix/bin");
+  fs::create_directories(root / "prefix/lib/ferry/python/ferry");
+  std::ofstream(root / "prefix/lib/ferry/python/ferry/__init__.py") << "";
+  EXPECT_EQ(InstalledPythonPath((root / "prefix/bin/ferry").string()),
+            (root / "prefix/lib/ferry/python").string());
+  // A wheel: <site-packages>/ferry/bin/ferry inside the package.
+  fs::create_directories(root / "site-packages/ferry/bin");
+  std::ofstream(root / "site-packages/ferry/__init__.py") << "";
+  EXPECT_EQ(InstalledPythonPath((root / "site-packages/ferry/bin/ferry").string()),
+            (root / "site-packages").string());
+  // A build tree (or a prefix without the package): nothing installed.
+  fs::create_directories(root / "build/bin");
+  EXPECT_EQ(InstalledPythonPath((root / "build/bin/ferry").string()), "");
+  fs::create_directories(root / "other/bin");
+  fs::create_directories(root / "other/lib/ferry/python/ferry");  // no __init__.py
+  EXPECT_EQ(InstalledPythonPath((root / "other/bin/ferry").string()), "");
 }
 
 }  // namespace
