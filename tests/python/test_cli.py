@@ -2,29 +2,13 @@
 listing the dataflows that run on this machine, through the real binary."""
 
 import json
-import os
 import re
 import subprocess
-import sys
 import textwrap
 import time
 import uuid
 
-import pytest
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FERRY = os.environ.get("FERRY_BIN", os.path.join(REPO, "build", "release", "bin", "ferry"))
-
-pytestmark = pytest.mark.skipif(
-    not os.access(FERRY, os.X_OK), reason=f"{FERRY} is not built (make build, or set FERRY_BIN)"
-)
-
-
-def environment():
-    env = dict(os.environ)
-    env["FERRY_PYTHON"] = sys.executable
-    env["FERRY_PYTHONPATH"] = os.path.join(REPO, "python")
-    return env
+from test_dataflow import FERRY, REPO, environment, pytestmark  # noqa: F401 (the same skip)
 
 
 def ferry(*args, cwd=REPO, timeout=60):

@@ -385,3 +385,13 @@ def process_alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def cli(server, *args, token=None, timeout=30):
+    """Runs the `ferry` CLI against `server` (as its admin unless `token`);
+    the connection flags go before a `--` command."""
+    args = list(args)
+    cut = args.index("--") if "--" in args else len(args)
+    connection = ["--server", server.url, "--token", token or server.admin_token]
+    return subprocess.run([FERRY, *args[:cut], *connection, *args[cut:]],
+                          capture_output=True, text=True, timeout=timeout)

@@ -4,18 +4,11 @@ drain/undrain show the node's new state, and job names default to the script
 rather than the interpreter."""
 
 import json
-import subprocess
 
 import harness
 
 
-def ferry(server, *args, token=None):
-    """Runs the CLI; the connection flags go before a `--` command."""
-    args = list(args)
-    cut = args.index("--") if "--" in args else len(args)
-    connection = ["--server", server.url, "--token", token or server.admin_token]
-    return subprocess.run([harness.FERRY, *args[:cut], *connection, *args[cut:]],
-                          capture_output=True, text=True, timeout=30)
+ferry = harness.cli  # the CLI against `server`, as its admin unless token= says
 
 
 def test_revoked_user_gets_401_at_once(fleet):

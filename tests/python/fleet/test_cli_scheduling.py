@@ -3,18 +3,11 @@ hints reach the job, bad hints are refused with the server's message, and the
 scheduler summary shows the config in force."""
 
 import json
-import subprocess
 
 import harness
 
 
-def ferry(server, *args, token=None):
-    """Runs the CLI; the connection flags go before a `--` command."""
-    args = list(args)
-    cut = args.index("--") if "--" in args else len(args)
-    connection = ["--server", server.url, "--token", token or server.admin_token]
-    return subprocess.run([harness.FERRY, *args[:cut], *connection, *args[cut:]],
-                          capture_output=True, text=True, timeout=30)
+ferry = harness.cli  # the CLI against `server`, as its admin unless token= says
 
 
 def test_submit_hints_reach_the_job(fleet):
