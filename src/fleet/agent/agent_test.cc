@@ -104,7 +104,7 @@ TEST(Assignment, ParsesAndBuildsTheLaunch) {
   EXPECT_EQ(assignment.ref, (TaskRef{42, 1, 2}));
   EXPECT_EQ(assignment.gpu_indices, (std::vector<int>{4, 5}));
   agent_internal::NodeContext node{
-      "gpu-b", "/work", "/opt/ferry", {{"PATH", "/bin"}, {"SEED", "1"}}};
+      "gpu-b", "/var/lib/ferry/agent", "/opt/ferry", {{"PATH", "/bin"}, {"SEED", "1"}}};
   LaunchSpec launch = BuildLaunchSpec(assignment, node);
   EXPECT_EQ(launch.argv, (std::vector<std::string>{"python", "train.py"}));
   EXPECT_EQ(launch.env["PATH"], "/bin");
@@ -117,9 +117,9 @@ TEST(Assignment, ParsesAndBuildsTheLaunch) {
   EXPECT_EQ(launch.env["FERRY_ATTEMPT"], "2");
   EXPECT_EQ(launch.env["FERRY_NODE"], "gpu-b");  // FERRY_* cannot be overridden
   EXPECT_EQ(launch.env["FERRY_GANG_NODES"], "gpu-a,gpu-b");
-  EXPECT_EQ(launch.working_dir, "/work");
+  EXPECT_EQ(launch.working_dir, "/var/lib/ferry/agent");
   EXPECT_EQ(launch.memory_limit_mb, 1024);
-  EXPECT_EQ(launch.log_path, "/work/logs/42-2-1.log");
+  EXPECT_EQ(launch.log_path, "/var/lib/ferry/agent/logs/42-2-1.log");
 }
 
 TEST(Assignment, RendezvousVariablesForAGang) {
@@ -133,7 +133,7 @@ TEST(Assignment, RendezvousVariablesForAGang) {
   json["rendezvous_port"] = 29542;
   json["spec"]["env"]["MASTER_PORT"] = "1";  // the spec cannot override it
   ASSERT_OK_AND_ASSIGN(TaskAssignment assignment, ParseAssignment(json));
-  agent_internal::NodeContext node{"gpu-b", "/work", "/opt/ferry", {}, "10.0.0.2"};
+  agent_internal::NodeContext node{"gpu-b", "/var/lib/ferry/agent", "/opt/ferry", {}, "10.0.0.2"};
   LaunchSpec launch = BuildLaunchSpec(assignment, node);
   EXPECT_EQ(launch.env["MASTER_ADDR"], "10.0.0.1");
   EXPECT_EQ(launch.env["MASTER_PORT"], "29542");
@@ -147,7 +147,7 @@ TEST(Assignment, RendezvousVariablesForAGang) {
   EXPECT_EQ(launch.env["JAX_NUM_PROCESSES"], "4");
   EXPECT_EQ(launch.env["JAX_PROCESS_ID"], "3");
   EXPECT_EQ(launch.env["FERRY_GANG_ADDRESSES"], "10.0.0.1,10.0.0.2,10.0.0.1,10.0.0.2");
-  EXPECT_EQ(launch.env["FERRY_HOSTFILE"], "/work/logs/42-2.hosts");
+  EXPECT_EQ(launch.env["FERRY_HOSTFILE"], "/var/lib/ferry/agent/logs/42-2.hosts");
   EXPECT_EQ(agent_internal::GangHostfile(assignment, node), "10.0.0.1 slots=2\n10.0.0.2 slots=2\n");
 
   // A server that sent no addresses: node names, and this agent's own address
@@ -155,7 +155,7 @@ TEST(Assignment, RendezvousVariablesForAGang) {
   json.erase("gang_addresses");
   json["task"] = 0;
   ASSERT_OK_AND_ASSIGN(TaskAssignment unnamed, ParseAssignment(json));
-  agent_internal::NodeContext v6{"gpu-a", "/work", "/opt/ferry", {}, "fd00::1"};
+  agent_internal::NodeContext v6{"gpu-a", "/var/lib/ferry/agent", "/opt/ferry", {}, "fd00::1"};
   LaunchSpec first = BuildLaunchSpec(unnamed, v6);
   EXPECT_EQ(first.env["MASTER_ADDR"], "fd00::1");
   EXPECT_EQ(first.env["JAX_COORDINATOR_ADDRESS"], "[fd00::1]:29542");
@@ -181,7 +181,7 @@ TEST(Assignment, DataflowRunsThroughTheFerryBinary) {
   json["spec"]["working_dir"] = "/data/run";
   json["gpu_indices"] = nlohmann::json::array();
   ASSERT_OK_AND_ASSIGN(TaskAssignment assignment, ParseAssignment(json));
-  LaunchSpec launch = BuildLaunchSpec(assignment, {"n", "/work", "/opt/ferry", {}});
+  LaunchSpec launch = BuildLaunchSpec(assignment, {"n", "/var/lib/ferry/agent", "/opt/ferry", {}});
   EXPECT_EQ(launch.argv, (std::vector<std::string>{"/opt/ferry", "run", "flows/demo.yml"}));
   EXPECT_EQ(launch.working_dir, "/data/run");
   EXPECT_EQ(launch.env["CUDA_VISIBLE_DEVICES"], "");  // no GPUs: none visible
