@@ -21,8 +21,6 @@ node-receiver), same modes.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -146,28 +144,18 @@ nodes:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=["driver", "sender", "receiver"], default="driver")
+    parser = common.driver_parser(__doc__.splitlines()[0], "/tmp/ferry-nodes-bench")
     parser.add_argument("--lang", choices=["python", "cpp"], default="python")
     parser.add_argument("--ferry", help="the `ferry` command")
     parser.add_argument("--flow-bench", help="ferry_flow_bench (for --lang cpp)")
-    parser.add_argument("--sizes", default=",".join(map(str, common.SIZES)))
-    parser.add_argument("--json", help="where the results go")
-    parser.add_argument("--workdir", default="/tmp/ferry-nodes-bench")
-    parser.add_argument("--timeout", type=float, default=150)
     args = parser.parse_args()
-    if args.role == "sender":
-        run_sender()
-        return 0
-    if args.role == "receiver":
-        run_receiver()
+    if common.run_node_role(args.role, run_sender, run_receiver):
         return 0
 
     workdir = os.path.abspath(os.path.join(args.workdir, args.lang))
     os.makedirs(workdir, exist_ok=True)
     out = os.path.join(workdir, "sender.json")
-    if os.path.exists(out):
-        os.remove(out)
+    common.remove_stale(out)
     if args.lang == "python":
         script = os.path.abspath(__file__)
         paths = dict(sender_path=script, sender_args="--role sender",
@@ -183,15 +171,13 @@ def main() -> int:
                                      quick="1" if common.quick() else "0", **paths))
     log_path = os.path.join(workdir, "ferry_run.log")
     env = dict(os.environ, FERRY_PYTHON=sys.executable)
-    code = common.run_session(
+    results = common.run_graph(
+        "nodes bench", "ferry run",
         [os.path.abspath(args.ferry), "run", dataflow, "--allow-cycles", "--log-dir",
          os.path.join(workdir, "logs")],
-        cwd=workdir, env=env, log_path=log_path, timeout=args.timeout)
-    if code != 0 or not os.path.exists(out):
-        common.report_failed_run("nodes bench", "ferry run", code, log_path)
+        cwd=workdir, env=env, log_path=log_path, timeout=args.timeout, out=out)
+    if results is None:
         return 1
-    with open(out) as handle:
-        results = json.load(handle)
     for result in results:
         result["kind"] = "node"
     if args.json:

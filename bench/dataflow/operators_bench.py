@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,10 +85,8 @@ def run_ferry(args, out: str) -> int:
 
 
 def run_dora(args, out: str) -> int:
-    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+    dora = common.find_dora("operators bench")
     if not dora:
-        print("operators bench: the `dora` command (PyPI dora-rs-cli) is not installed",
-              file=sys.stderr)
         return 1
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
@@ -123,8 +120,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["FERRY_BENCH_SIZES"] = args.sizes
     out = os.path.abspath(args.json) + ".partial"
-    if os.path.exists(out):
-        os.remove(out)
+    common.remove_stale(out)
     code = run_ferry(args, out) if args.system == "ferry" else run_dora(args, out)
     if code != 0 or not os.path.exists(out):
         return code or 1

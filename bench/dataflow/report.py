@@ -13,7 +13,6 @@ size, samples, p50_us, p99_us, p999_us and optionally kind ("node",
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -45,15 +44,9 @@ def kind_of(record: dict) -> str:
 
 
 def load(paths: list[str]) -> dict:
-    records = {}
-    for path in paths:
-        if not path or not os.path.exists(path):
-            continue
-        with open(path) as handle:
-            for record in json.load(handle):
-                key = (record["system"], record["language"], kind_of(record), record["mode"])
-                records[key + (record["size"],)] = record
-    return records
+    """(system, language, kind, mode, size) -> record."""
+    return common.load_records(paths, lambda record: (
+        record["system"], record["language"], kind_of(record), record["mode"], record["size"]))
 
 
 def us(value: float | None) -> str:

@@ -14,9 +14,11 @@ flow control; messages per second = burst / (last receive - first send).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,3 +177,131 @@ def report_failed_run(what: str, command: str, code: int | None, log_path: str) 
     with open(log_path) as log:
         tail = log.read()[-3000:]
     print(f"{what}: `{command}` {reason}; last lines of {log_path}:\n{tail}", file=sys.stderr)
+
+
+def load_records(paths: list[str], key) -> dict:
+    """The records of the JSON result files in `paths` by `key(record)`;
+    files that are unset or missing are skipped, and a later record with the
+    same key replaces an earlier one."""
+    records = {}
+    for path in paths:
+        if not path or not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            for record in json.load(handle):
+                records[key(record)] = record
+    return records
+
+
+# ---- Two-process benchmarks (a sender that starts its receiver) ----------------
+
+
+def pair_arguments(name: str, description: str, default_modes: str,
+                   default_run_id: str) -> tuple[argparse.Namespace, list[str], list[int]]:
+    """The command line of a benchmark whose sender starts its receiver (this
+    same file with --role receiver): the arguments, the modes to run and the
+    sizes. Busy-polling is dropped when sender and receiver share a core."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--role", choices=["sender", "receiver"], default="sender")
+    parser.add_argument("--modes", default=default_modes)
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--run-id", default=default_run_id)
+    parser.add_argument("--json", help="where the sender writes its results")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds for the whole run")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    if placement() == "same core" and "busy" in modes:
+        # Two processes spinning on one core only hand over at scheduler ticks.
+        print(f"{name}: busy-poll skipped, sender and receiver share a core", file=sys.stderr)
+        modes.remove("busy")
+    return args, modes, [int(size) for size in args.sizes.split(",")]
+
+
+def run_with_receiver(name: str, script: str, args: argparse.Namespace, modes: list[str],
+                      run_sender, receiver_timeout: float) -> int:
+    """The sender's side of a pair_arguments benchmark: starts the receiver
+    (`script` with --role receiver), runs `run_sender()` (which returns the
+    records), waits up to `receiver_timeout` seconds for the receiver to end,
+    and writes the records to --json. The exit code for main()."""
+
+    def give_up(signum, _frame):
+        raise TimeoutError(f"{name}: stopped by signal {signum}")
+
+    # SIGALRM bounds the whole run; SIGTERM (e.g. from `timeout`) also goes
+    # through the `finally` below, so the receiver never outlives the sender.
+    signal.signal(signal.SIGALRM, give_up)
+    signal.signal(signal.SIGTERM, give_up)
+    signal.alarm(int(args.timeout))
+    receiver = subprocess.Popen(
+        [sys.executable, os.path.abspath(script), "--role", "receiver", "--modes",
+         ",".join(modes), "--sizes", args.sizes, "--run-id", args.run_id])
+    try:
+        results = run_sender()
+        receiver.wait(timeout=receiver_timeout)
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+    if receiver.returncode != 0:
+        print(f"{name}: receiver exited with {receiver.returncode}", file=sys.stderr)
+        return 1
+    if args.json:
+        write_results(args.json, results)
+    return 0
+
+
+# ---- Dataflow benchmarks (a driver that starts a graph of this file's nodes) ---
+
+
+def driver_parser(description: str, workdir: str,
+                  timeout_help: str | None = None) -> argparse.ArgumentParser:
+    """The options every dataflow driver takes; the same file is also the
+    graph's sender and receiver node (--role). Callers add their own."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--role", choices=["driver", "sender", "receiver"], default="driver")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--json", help="where the results go")
+    parser.add_argument("--workdir", default=workdir)
+    parser.add_argument("--timeout", type=float, default=150, help=timeout_help)
+    return parser
+
+
+def run_node_role(role: str, run_sender, run_receiver) -> bool:
+    """Runs the sender or the receiver node when `role` names one; False for
+    the driver."""
+    if role == "sender":
+        run_sender()
+        return True
+    if role == "receiver":
+        run_receiver()
+        return True
+    return False
+
+
+def remove_stale(path: str) -> None:
+    """Removes what an earlier run left at `path`, so that only this run's
+    results are read back."""
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def find_dora(what: str) -> str | None:
+    """The `dora` command, next to this Python first; None (said on stderr
+    as `what`) when it is not installed."""
+    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+    if not dora:
+        print(f"{what}: the `dora` command (PyPI dora-rs-cli) is not installed", file=sys.stderr)
+    return dora
+
+
+def run_graph(what: str, label: str, command: list[str], cwd: str, env: dict, log_path: str,
+              timeout: float, out: str) -> list[dict] | None:
+    """Runs a dataflow (`command`, called `label` in messages) with
+    run_session and reads back the records its sender wrote to `out`; None
+    (said on stderr with the end of the log) when it failed."""
+    code = run_session(command, cwd=cwd, env=env, log_path=log_path, timeout=timeout)
+    if code != 0 or not os.path.exists(out):
+        report_failed_run(what, label, code, log_path)
+        return None
+    with open(out) as handle:
+        return json.load(handle)

@@ -17,10 +17,7 @@ shared memory, and that copy is part of what is measured.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -187,28 +184,18 @@ nodes:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=["driver", "sender", "receiver"], default="driver")
-    parser.add_argument("--sizes", default=",".join(map(str, common.SIZES)))
-    parser.add_argument("--json", help="where the results go")
-    parser.add_argument("--workdir", default="/tmp/ferry-dora-bench")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds for `dora run`")
+    parser = common.driver_parser(__doc__.splitlines()[0], "/tmp/ferry-dora-bench",
+                                  timeout_help="seconds for `dora run`")
     args = parser.parse_args()
-    if args.role == "sender":
-        run_sender()
-        return 0
-    if args.role == "receiver":
-        run_receiver()
+    if common.run_node_role(args.role, run_sender, run_receiver):
         return 0
 
-    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+    dora = common.find_dora("dora bench")
     if not dora:
-        print("dora bench: the `dora` command (PyPI dora-rs-cli) is not installed", file=sys.stderr)
         return 1
     os.makedirs(args.workdir, exist_ok=True)
     out = os.path.join(os.path.abspath(args.workdir), "dora_nodes.json")
-    if os.path.exists(out):
-        os.remove(out)
+    common.remove_stale(out)
     sizes = [int(size) for size in args.sizes.split(",")]
     dataflow = os.path.join(args.workdir, "dataflow.yml")
     with open(dataflow, "w") as handle:
@@ -221,13 +208,11 @@ def main() -> int:
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     # A session of its own, so that on a timeout the daemon and both nodes are
     # killed together.
-    code = common.run_session([dora, "run", dataflow], cwd=args.workdir, env=env,
-                              log_path=log_path, timeout=args.timeout)
-    if code != 0 or not os.path.exists(out):
-        common.report_failed_run("dora bench", "dora run", code, log_path)
+    results = common.run_graph("dora bench", "dora run", [dora, "run", dataflow],
+                               cwd=args.workdir, env=env, log_path=log_path,
+                               timeout=args.timeout, out=out)
+    if results is None:
         return 1
-    with open(out) as handle:
-        results = json.load(handle)
     for result in results:
         print(f"dora-rs {common.size_label(result['size']):>8}: p50 {result['p50_us']:.1f} us",
               file=sys.stderr)

@@ -20,10 +20,7 @@ Modes: futex (the default wait) and busy (busy_poll=True on both sides).
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -145,50 +142,15 @@ def run_receiver(run_id: str, modes: list[str], sizes: list[int]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=["sender", "receiver"], default="sender")
-    parser.add_argument("--modes", default="futex,busy")
-    parser.add_argument("--sizes", default=",".join(map(str, common.SIZES)))
-    parser.add_argument("--run-id", default=str(os.getpid()))
-    parser.add_argument("--json", help="where the sender writes its results")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds for the whole run")
-    args = parser.parse_args()
-    modes = args.modes.split(",")
-    if common.placement() == "same core" and "busy" in modes:
-        # Two processes spinning on one core only hand over at scheduler ticks.
-        print("ferry python bench: busy-poll skipped, sender and receiver share a core",
-              file=sys.stderr)
-        modes.remove("busy")
-    sizes = [int(size) for size in args.sizes.split(",")]
+    name = "ferry python bench"
+    args, modes, sizes = common.pair_arguments(name, __doc__.splitlines()[0], "futex,busy",
+                                               str(os.getpid()))
     common.pin(args.role)
     if args.role == "receiver":
         run_receiver(args.run_id, modes, sizes)
         return 0
-
-    def give_up(signum, _frame):
-        raise TimeoutError(f"ferry python bench: stopped by signal {signum}")
-
-    # SIGALRM bounds the whole run; SIGTERM (e.g. from `timeout`) also goes
-    # through the `finally` below, so the receiver never outlives the sender.
-    signal.signal(signal.SIGALRM, give_up)
-    signal.signal(signal.SIGTERM, give_up)
-    signal.alarm(int(args.timeout))
-    receiver = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--role", "receiver", "--modes",
-         ",".join(modes), "--sizes", args.sizes, "--run-id", args.run_id])
-    try:
-        results = run_sender(args.run_id, modes, sizes)
-        receiver.wait(timeout=30)
-    finally:
-        if receiver.poll() is None:
-            receiver.kill()
-            receiver.wait()
-    if receiver.returncode != 0:
-        print(f"ferry python bench: receiver exited with {receiver.returncode}", file=sys.stderr)
-        return 1
-    if args.json:
-        common.write_results(args.json, results)
-    return 0
+    return common.run_with_receiver(name, __file__, args, modes,
+                                    lambda: run_sender(args.run_id, modes, sizes), 30)
 
 
 if __name__ == "__main__":

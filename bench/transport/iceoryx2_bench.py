@@ -21,11 +21,8 @@ Modes:
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -249,53 +246,17 @@ def run_receiver(node, run_id: str, modes: list[str], sizes: list[int]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=["sender", "receiver"], default="sender")
-    parser.add_argument("--modes", default="event,busy")
-    parser.add_argument("--sizes", default=",".join(map(str, common.SIZES)))
-    parser.add_argument("--run-id", default=f"{os.getpid()}-{time.monotonic_ns()}")
-    parser.add_argument("--json", help="where the sender writes its results")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds for the whole run")
-    args = parser.parse_args()
-    modes = args.modes.split(",")
-    if common.placement() == "same core" and "busy" in modes:
-        # Two processes spinning on one core only hand over at scheduler ticks.
-        print("iceoryx2 bench: busy-poll skipped, sender and receiver share a core",
-              file=sys.stderr)
-        modes.remove("busy")
-    sizes = [int(size) for size in args.sizes.split(",")]
-
+    name = "iceoryx2 bench"
+    args, modes, sizes = common.pair_arguments(name, __doc__.splitlines()[0], "event,busy",
+                                               f"{os.getpid()}-{time.monotonic_ns()}")
     common.pin(args.role)
     iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
     node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
     if args.role == "receiver":
         run_receiver(node, args.run_id, modes, sizes)
         return 0
-
-    def give_up(signum, _frame):
-        raise TimeoutError(f"iceoryx2 bench: stopped by signal {signum}")
-
-    # SIGALRM bounds the whole run; SIGTERM (e.g. from `timeout`) also goes
-    # through the `finally` below, so the receiver never outlives the sender.
-    signal.signal(signal.SIGALRM, give_up)
-    signal.signal(signal.SIGTERM, give_up)
-    signal.alarm(int(args.timeout))
-    receiver = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--role", "receiver",
-         "--modes", ",".join(modes), "--sizes", args.sizes, "--run-id", args.run_id])
-    try:
-        results = run_sender(node, args.run_id, modes, sizes)
-        receiver.wait(timeout=10)
-    finally:
-        if receiver.poll() is None:
-            receiver.kill()
-            receiver.wait()
-    if receiver.returncode != 0:
-        print(f"iceoryx2 bench: receiver exited with {receiver.returncode}", file=sys.stderr)
-        return 1
-    if args.json:
-        common.write_results(args.json, results)
-    return 0
+    return common.run_with_receiver(name, __file__, args, modes,
+                                    lambda: run_sender(node, args.run_id, modes, sizes), 10)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ results leave their columns out.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -49,16 +48,9 @@ FLOOR_KEYS = ["futex_oneway_p50_us", "futex_oneway_p99_us", "spin_oneway_p50_us"
 
 def load(paths: list[str]) -> dict:
     """(system, language, mode, placement, size) -> record."""
-    records = {}
-    for path in paths:
-        if not path or not os.path.exists(path):
-            continue
-        with open(path) as handle:
-            for record in json.load(handle):
-                key = (record["system"], record["language"], record["mode"],
-                       record.get("placement", "unpinned"), record["size"])
-                records[key] = record
-    return records
+    return common.load_records(paths, lambda record: (
+        record["system"], record["language"], record["mode"],
+        record.get("placement", "unpinned"), record["size"]))
 
 
 def floor_name(system: str, language: str) -> str:
