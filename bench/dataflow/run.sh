@@ -26,13 +26,10 @@
 # the extension; default python/), FERRY_BENCH_CPUS. Every step has a time
 # limit and kills its own child processes when it ends.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
 
-python=${PYTHON:-$root/.venv/bin/python}
 build_dir=${BUILD_DIR:-$root/build/bench}
-floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
-jobs=${JOBS:-$(nproc)}
 ferry_pythonpath=${FERRY_PYTHONPATH:-$root/python}
 out=$root/bench/results/dataflow
 mkdir -p "$out" "$build_dir"
@@ -48,11 +45,7 @@ else
   export FERRY_BENCH_CPUS=${FERRY_BENCH_CPUS:-0,1}
 fi
 
-{
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
-  echo "cores=$(nproc)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-} >"$out/machine.txt"
+bench_machine "$out/machine.txt"
 
 # step NAME SECONDS COMMAND...: runs one measurement with a time limit; its
 # stderr goes to NAME.log, its results to NAME.json (the command writes them).
@@ -71,9 +64,7 @@ step() {
 # ---- Build (Release): the CLI, the raw transport benchmark, ours ------------------
 targets=(ferry ferry_transport_bench ferry_flow_bench ferry_bench_operator)
 built=0
-if ! cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_PYTHON=OFF \
-  -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=ON -DPython3_EXECUTABLE="$python" \
-  >"$out/build.log" 2>&1; then
+if ! bench_configure "$build_dir" -DPython3_EXECUTABLE="$python" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   missing+=("Ferry C++=CMake could not configure $build_dir; see build.log")
 elif ! grep -q '^build bench/ferry_flow_bench:' "$build_dir/build.ninja"; then

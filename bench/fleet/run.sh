@@ -9,20 +9,12 @@
 #   FLEET_BENCH_BUILD=build/x   use the ferry and ferry_fleet_bench built there
 #   BENCH_QUICK=1               fewer requests (figures not for reporting)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-jobs=${JOBS:-$(nproc)}
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
 results=$root/bench/results
 mkdir -p "$results"
 
-build_dir=${FLEET_BENCH_BUILD:-}
-if [ -z "$build_dir" ]; then
-  build_dir=$root/build/bench
-  echo "bench: building ferry and ferry_fleet_bench (Release) in build/bench" >&2
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_PYTHON=OFF \
-    -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=ON >/dev/null
-  cmake --build "$build_dir" --target ferry ferry_fleet_bench -j "$jobs" >/dev/null
-fi
+bench_build_tree "${FLEET_BENCH_BUILD:-}" ferry ferry_fleet_bench
 ferry=$build_dir/bin/ferry
 bench=$build_dir/bench/fleet/ferry_fleet_bench
 [ -x "$ferry" ] && [ -x "$bench" ] || { echo "bench: $ferry or $bench missing" >&2; exit 1; }
@@ -55,7 +47,7 @@ latency() {  # label store
     --latency "$latency" --json "$results/fleet_$1_latency.json"
 }
 
-echo "## Fleet control plane: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "## Fleet control plane: $(bench_cpu), $(nproc) cores"
 api sqlite "sqlite:$tmp/api.db"
 latency sqlite "sqlite:$tmp/latency.db"
 if pg_api=$(scripts/pg-test-server start "$tmp/pg1" 2>"$tmp/pg1.log"); then

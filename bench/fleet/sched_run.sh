@@ -7,25 +7,16 @@
 #   SCHED_BENCH_BUILD=build/x   use ferry_sched_bench built there (default: build Release in build/bench)
 #   BENCH_QUICK=1               a small fleet (figures not for reporting)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-jobs=${JOBS:-$(nproc)}
-floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
 
-build_dir=${SCHED_BENCH_BUILD:-}
-if [ -z "$build_dir" ]; then
-  build_dir=$root/build/bench
-  echo "bench: building ferry_sched_bench (Release) in build/bench" >&2
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_PYTHON=OFF \
-    -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=ON >/dev/null
-  cmake --build "$build_dir" --target ferry_sched_bench -j "$jobs" >/dev/null
-fi
+bench_build_tree "${SCHED_BENCH_BUILD:-}" ferry_sched_bench
 bench=$build_dir/bench/fleet/ferry_sched_bench
 [ -x "$bench" ] || { echo "bench: $bench missing" >&2; exit 1; }
 
 echo "## Scheduling core throughput (ferry_sched_bench)"
 echo
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $(bench_cpu), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -f "$floor_src" ]; then
   cc -O2 -o "$build_dir/floor" "$floor_src"
   echo

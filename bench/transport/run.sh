@@ -18,13 +18,10 @@
 # FERRY_BENCH_CPUS (below). Every step has a time limit, and each benchmark
 # kills its own child processes when it ends.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../lib.sh"
 
-python=${PYTHON:-$root/.venv/bin/python}
 build_dir=${BUILD_DIR:-$root/build/bench}
-floor_src=${FERRY_FLOOR_SRC:-$root/../shared/floor/floor.c}
-jobs=${JOBS:-$(nproc)}
 out=$root/bench/results/transport
 mkdir -p "$out" "$build_dir"
 rm -f "$out"/*.json "$out"/*.log "$out"/floor*.txt
@@ -47,11 +44,7 @@ else
   spin_pair=$sender_cpu:$receiver_cpu
 fi
 
-{
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
-  echo "cores=$(nproc)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-} >"$out/machine.txt"
+bench_machine "$out/machine.txt"
 
 # floor.c as it is, with its fork() pinning parent and child like the
 # benchmarks (bench/transport/pinned_fork.h).
@@ -99,8 +92,7 @@ run_system() {
 }
 
 # Ferry, C++: built only when the flow library is part of the tree.
-if ! cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_PYTHON=OFF \
-  -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=ON -DPython3_EXECUTABLE="$python" \
+if ! bench_configure "$build_dir" -DPython3_EXECUTABLE="$python" \
   >"$out/ferry_cpp_build.log" 2>&1; then
   tail -20 "$out/ferry_cpp_build.log" >&2
   missing+=("Ferry C++=CMake could not configure $build_dir; see ferry_cpp_build.log")

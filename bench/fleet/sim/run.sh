@@ -18,20 +18,12 @@
 #   SIM_BENCH_BUILD=build/x   use the ferry built there (default: build Release in build/bench)
 #   BENCH_QUICK=1             stop every run early (figures not for reporting)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../../.." && pwd)
-cd "$root"
-jobs=${JOBS:-$(nproc)}
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/../../lib.sh"
 results=$root/bench/results/sim
 mkdir -p "$results"
 
-build_dir=${SIM_BENCH_BUILD:-}
-if [ -z "$build_dir" ]; then
-  build_dir=$root/build/bench
-  echo "bench: building ferry (Release) in build/bench" >&2
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_PYTHON=OFF \
-    -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=ON >/dev/null
-  cmake --build "$build_dir" --target ferry -j "$jobs" >/dev/null
-fi
+bench_build_tree "${SIM_BENCH_BUILD:-}" ferry
 ferry=$build_dir/bin/ferry
 [ -x "$ferry" ] || { echo "bench: $ferry missing" >&2; exit 1; }
 
@@ -59,9 +51,26 @@ sim() {  # title out_dir args...
   grep -E '^run ' "$dir.log" | sed 's/^/    /'
 }
 
+# tenant_shares DIR: per policy run under DIR, each tenant's share ratio and
+# average slowdown (columns 9 and 4 of its tenants.csv), after a blank line.
+tenant_shares() {
+  echo
+  for p in fifo fair_share drf fair_share+cost; do
+    echo "    $p: $(tail -n +2 "$1/$p/tenants.csv" |
+      awk -F, '{printf "%s %.2f/%.2f  ", $1, $9, $4}')"
+  done
+}
+
+# cloud_spend RUNS_CSV: each run's cloud bill, cloud GPU-hours and total cost
+# (columns 18, 20 and 19 of runs.csv).
+cloud_spend() {
+  awk -F, 'NR > 1 {printf "    %s: cloud $%.0f, %.0f cloud GPU-hours, total $%.0f\n", $1, $18, $20, $19}' \
+    "$1"
+}
+
 echo "## Scheduling policies in the simulator (ferry sim)"
 echo
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "cpu: $(bench_cpu), $(nproc) cores"
 
 policies=fifo,fair_share,drf,fair_share+cost
 sim "Contended: 4 tenants (llm, vision, research, eval), equal weights, 128 GPUs" \
@@ -72,11 +81,7 @@ sim "Contended: 4 tenants (llm, vision, research, eval), equal weights, 128 GPUs
 echo
 echo "Per tenant: share ratio (GPU-time held / weighted max-min fair share; Jain's inputs)"
 echo "and average slowdown:"
-echo
-for p in fifo fair_share drf fair_share+cost; do
-  echo "    $p: $(tail -n +2 "$results/contended/$p/tenants.csv" |
-    awk -F, '{printf "%s %.2f/%.2f  ", $1, $9, $4}')"
-done
+tenant_shares "$results/contended"
 
 sim "Uniform: 4 tenants, one mixed distribution, equal weights, 128 GPUs" \
   "$results/uniform" --config "$ex/contended/cluster.yaml" \
@@ -87,11 +92,7 @@ sim "Flood: one tenant floods the queue with long jobs, three submit short ones,
   --synthetic "$ex/flood/tenant-batch.yaml" --synthetic "$ex/flood/tenant-dev.yaml" \
   --synthetic "$ex/flood/tenant-notebook.yaml" --synthetic "$ex/flood/tenant-ci.yaml" \
   --policy "$policies"
-echo
-for p in fifo fair_share drf fair_share+cost; do
-  echo "    $p: $(tail -n +2 "$results/flood/$p/tenants.csv" |
-    awk -F, '{printf "%s %.2f/%.2f  ", $1, $9, $4}')"
-done
+tenant_shares "$results/flood"
 
 sim "Philly-shaped: 8 virtual clusters, 256 GPUs" \
   "$results/philly" --config "$ex/philly/cluster.yaml" --synthetic "$ex/philly/workload.yaml" \
@@ -110,8 +111,7 @@ sim "Burst: on-prem first then cheapest on-demand cloud vs cost-optimized" \
 echo
 echo "Cloud spend per run (cost_cloud, cloud_gpu_hours from runs.csv):"
 echo
-awk -F, 'NR > 1 {printf "    %s: cloud $%.0f, %.0f cloud GPU-hours, total $%.0f\n", $1, $18, $20, $19}' \
-  "$results/burst/runs.csv"
+cloud_spend "$results/burst/runs.csv"
 echo
 echo "Cost-optimized vs on-prem first (first row): cloud bill and total cost ratios, avg JCT:"
 echo
@@ -126,8 +126,7 @@ sim "Burst, with --checkpoint" \
   --config "$burst_tmp/cost.yaml" --config "$burst_tmp/cost-eager.yaml" \
   --synthetic "$ex/burst/steady.yaml" --synthetic "$ex/burst/burst.yaml" --checkpoint
 echo
-awk -F, 'NR > 1 {printf "    %s: cloud $%.0f, %.0f cloud GPU-hours, total $%.0f\n", $1, $18, $20, $19}' \
-  "$results/burst-checkpoint/runs.csv"
+cloud_spend "$results/burst-checkpoint/runs.csv"
 
 # Scale: 100,000 GPUs and 50,000 jobs.
 scale=$results/scale-input
