@@ -1,10 +1,15 @@
 // Pieces the plain (non-Google-Benchmark) benchmark programs share: the
 // monotonic clock, the sample counts of bench/transport/common.py, latency
-// percentiles, numbers stamped into metadata, FERRY_BENCH_CPUS and fatal
+// percentiles, numbers stamped into metadata, FERRY_BENCH_CPUS and pinning,
+// the receiver process of a two-process run, JSON result files and fatal
 // error checks. Header-only; each program includes it once.
 #pragma once
 
 #include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +53,31 @@ inline double Percentile(const std::vector<int64_t>& sorted, double q) {
   if (sorted.empty()) return NAN;
   const size_t rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(q * sorted.size())));
   return static_cast<double>(sorted[std::min(rank, sorted.size()) - 1]);
+}
+
+// What a latency record says of its samples: how many, and the p50, p99 and
+// p99.9 in microseconds.
+struct LatencySummary {
+  size_t samples = 0;
+  double p50_us = NAN;
+  double p99_us = NAN;
+  double p999_us = NAN;
+};
+
+inline LatencySummary Summarize(std::vector<int64_t> latencies_ns) {
+  std::sort(latencies_ns.begin(), latencies_ns.end());
+  return {latencies_ns.size(), Percentile(latencies_ns, 0.50) / 1e3,
+          Percentile(latencies_ns, 0.99) / 1e3, Percentile(latencies_ns, 0.999) / 1e3};
+}
+
+// The summary's fields in a JSON record, as bench/transport/common.py's
+// record() names them: "samples", "p50_us", "p99_us", "p999_us".
+inline std::string LatencyJsonFields(const LatencySummary& summary) {
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "\"samples\": %zu, \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f",
+                summary.samples, summary.p50_us, summary.p99_us, summary.p999_us);
+  return text;
 }
 
 // Prints "<program>: <what>: <status>" and exits at once (no destructors:
@@ -101,9 +132,20 @@ inline std::vector<std::string> Split(std::string_view text) {
   return parts;
 }
 
+// The options the latency benchmarks share; each program's Options derives
+// from it and sets its own modes. `sizes` are bench/transport/common.py's.
+struct CommonOptions {
+  std::string json_path;
+  std::vector<std::string> modes;
+  std::vector<int64_t> sizes = {8,         64,        512,        2048,      4096,
+                                16 * 1024, 40 * 1024, 400 * 1024, 4'000'000, 40'000'000};
+  bool quick = false;
+  int timeout_seconds = 150;
+};
+
 // Parses the flags the latency benchmarks share (--json=PATH, --modes=a,b,
-// --sizes=8,64,..., --timeout=SECONDS, --quick) into an options struct with
-// those members. False when `arg` is none of them.
+// --sizes=8,64,..., --timeout=SECONDS, --quick) into CommonOptions' members.
+// False when `arg` is none of them.
 template <typename Options>
 bool ParseCommonFlag(std::string_view arg, Options* options) {
   auto value = [&](std::string_view prefix) -> std::optional<std::string_view> {
@@ -135,6 +177,82 @@ inline std::optional<std::pair<int, int>> CpuPair() {
   const std::vector<std::string> cpus = Split(value);
   if (cpus.size() != 2) return std::nullopt;
   return std::make_pair(std::stoi(cpus[0]), std::stoi(cpus[1]));
+}
+
+// Where FERRY_BENCH_CPUS puts sender and receiver, as the results record it:
+// "unpinned", "same core" or "two cores".
+inline std::string Placement() {
+  const auto cpus = CpuPair();
+  return !cpus ? "unpinned" : (cpus->first == cpus->second ? "same core" : "two cores");
+}
+
+// Pins this process (and the threads it starts later) to `cpu`; a failure is
+// reported, not fatal.
+inline void PinToCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
+}
+
+// After ParseCommonFlag: exits (2) when a mode is neither `first` nor
+// `second`, and BENCH_QUICK=1 in the environment means --quick.
+template <typename Options>
+void FinishCommonFlags(Options* options, const char* first, const char* second) {
+  for (const auto& mode : options->modes) {
+    if (mode != first && mode != second) {
+      std::fprintf(stderr, "unknown mode '%s' (%s or %s)\n", mode.c_str(), first, second);
+      std::exit(2);
+    }
+  }
+  if (const char* quick = std::getenv("BENCH_QUICK"); quick && std::string_view(quick) == "1") {
+    options->quick = true;
+  }
+}
+
+// Forks the receiver of a two-process run: returns its pid in the parent, 0
+// in the receiver, -1 (reported) when fork failed. The receiver dies with
+// the parent, whatever ends it.
+inline pid_t ForkReceiver() {
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("fork");
+    return -1;
+  }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+  }
+  return child;
+}
+
+// Waits for the receiver that ForkReceiver started; false (reported) unless
+// it exited with 0.
+inline bool ReceiverSucceeded(pid_t child) {
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "%s: the receiver failed (status %d)\n", program_invocation_short_name,
+                 status);
+    return false;
+  }
+  return true;
+}
+
+// Writes `objects` (one JSON object each) to `path` as a JSON array, one
+// object a line; false (reported) when the file could not be written.
+inline bool WriteJsonArray(const std::string& path, const std::vector<std::string>& objects) {
+  std::ofstream out(path);
+  out << "[\n";
+  for (size_t i = 0; i < objects.size(); ++i) {
+    out << " " << objects[i] << (i + 1 < objects.size() ? ",\n" : "\n");
+  }
+  out << "]\n";
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace ferry::flow::bench

@@ -69,15 +69,10 @@ using std::chrono::seconds;
 constexpr int kWarmup = 20;
 constexpr auto kReceiveTimeout = seconds(30);
 
-struct Options {
+struct Options : CommonOptions {
+  Options() { modes = {"loan", "copy"}; }
   std::string command;
-  std::string json_path;
   std::string operator_path;
-  std::vector<std::string> modes = {"loan", "copy"};
-  std::vector<int64_t> sizes = {8,         64,        512,        2048,      4096,
-                                16 * 1024, 40 * 1024, 400 * 1024, 4'000'000, 40'000'000};
-  bool quick = false;
-  int timeout_seconds = 150;
 };
 
 // A uint8 array of `size` bytes from `pool`; only its first 8 bytes (the
@@ -111,50 +106,33 @@ struct Record {
 };
 
 std::string ToJson(const Record& record) {
-  std::vector<int64_t> sorted = record.latencies_ns;
-  std::sort(sorted.begin(), sorted.end());
   char line[512];
   std::snprintf(line, sizeof(line),
                 "{\"system\": \"%s\", \"language\": \"%s\", \"kind\": \"%s\", \"mode\": \"%s\", "
-                "\"placement\": \"%s\", \"size\": %lld, \"samples\": %zu, \"p50_us\": %.3f, "
-                "\"p99_us\": %.3f, \"p999_us\": %.3f}",
+                "\"placement\": \"%s\", \"size\": %lld, %s}",
                 record.system.c_str(), record.language.c_str(), record.kind.c_str(),
                 record.mode.c_str(), record.placement.c_str(), static_cast<long long>(record.size),
-                sorted.size(), Percentile(sorted, 0.50) / 1e3, Percentile(sorted, 0.99) / 1e3,
-                Percentile(sorted, 0.999) / 1e3);
+                LatencyJsonFields(Summarize(record.latencies_ns)).c_str());
   return line;
 }
 
 void PrintLine(const Record& record) {
-  std::vector<int64_t> sorted = record.latencies_ns;
-  std::sort(sorted.begin(), sorted.end());
+  const LatencySummary summary = Summarize(record.latencies_ns);
   std::fprintf(stderr, "ferry c++ %-8s %-10s %10lld B: p50 %.2f us, p99 %.2f us\n",
                record.kind.c_str(), record.mode.c_str(), static_cast<long long>(record.size),
-               Percentile(sorted, 0.5) / 1e3, Percentile(sorted, 0.99) / 1e3);
+               summary.p50_us, summary.p99_us);
 }
 
 bool WriteJson(const std::string& path, const std::vector<Record>& records) {
-  std::ofstream out(path);
-  out << "[\n";
-  for (size_t i = 0; i < records.size(); ++i) {
-    out << " " << ToJson(records[i]) << (i + 1 < records.size() ? ",\n" : "\n");
-  }
-  out << "]\n";
-  return static_cast<bool>(out);
+  std::vector<std::string> objects;
+  for (const Record& record : records) objects.push_back(ToJson(record));
+  return WriteJsonArray(path, objects);
 }
 
-std::string Placement() {
-  const auto cpus = CpuPair();
-  return !cpus ? "unpinned" : (cpus->first == cpus->second ? "same core" : "two cores");
-}
-
+// The sender's or the receiver's core of FERRY_BENCH_CPUS; none when unpinned.
 void Pin(bool sender) {
   const auto cpus = CpuPair();
-  if (!cpus) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(sender ? cpus->first : cpus->second, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
+  if (cpus) PinToCpu(sender ? cpus->first : cpus->second);
 }
 
 // ---- Node → node ----------------------------------------------------------------
@@ -264,17 +242,16 @@ int RunNodeRole(const Options& options, bool sender) {
   std::vector<Record> records = RunSender(node.get(), options);
   const char* out = std::getenv("FERRY_BENCH_OUT");
   const std::string path = !options.json_path.empty() ? options.json_path : (out ? out : "");
-  if (!path.empty() && !WriteJson(path, records)) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
-  }
+  if (!path.empty() && !WriteJson(path, records)) return 1;
   // Closing the output ends the receiver's stream; then the graph ends.
   return 0;
 }
 
+// One node of the daemon-less pair; the channels are named by the sender's
+// pid.
 NodeConfig StandaloneConfig(const std::string& self, const std::string& peer,
-                            const std::string& input, const std::string& output) {
-  const std::string run = "ferry-flow-bench-" + std::to_string(getpid());
+                            const std::string& input, const std::string& output, pid_t sender) {
+  const std::string run = "ferry-flow-bench-" + std::to_string(sender);
   NodeConfig config;
   config.dataflow = run;
   config.node = self;
@@ -290,27 +267,14 @@ NodeConfig StandaloneConfig(const std::string& self, const std::string& peer,
 // Node → node without a daemon: the same two roles in two processes.
 int RunStandalone(const Options& options) {
   const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) {
-    std::perror("fork");
-    return 1;
-  }
+  const pid_t child = ForkReceiver();
+  if (child < 0) return 1;
   if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     Pin(false);
     // The channel names carry the parent's pid.
-    const std::string run = "ferry-flow-bench-" + std::to_string(parent);
-    NodeConfig config;
-    config.dataflow = run;
-    config.node = "receiver";
-    NodeConfig::Input in;
-    in.id = "data";
-    in.channel = run + "/sender/data";
-    in.queue_size = 8;
-    config.inputs.push_back(in);
-    config.outputs.push_back({"ack", run + "/receiver/ack"});
-    std::unique_ptr<Node> node = Check(Node::FromConfig(config), "start the receiver");
+    std::unique_ptr<Node> node =
+        Check(Node::FromConfig(StandaloneConfig("receiver", "sender", "data", "ack", parent)),
+              "start the receiver");
     Check(node->WaitForSubscribers("ack", 1, seconds(30)), "wait for the sender");
     RunReceiver(node.get());
     _exit(0);
@@ -319,17 +283,14 @@ int RunStandalone(const Options& options) {
   alarm(static_cast<unsigned>(options.timeout_seconds));
   std::vector<Record> records;
   {
-    std::unique_ptr<Node> node = Check(
-        Node::FromConfig(StandaloneConfig("sender", "receiver", "ack", "data")), "start sender");
+    std::unique_ptr<Node> node =
+        Check(Node::FromConfig(StandaloneConfig("sender", "receiver", "ack", "data", parent)),
+              "start sender");
     Check(node->WaitForSubscribers("data", 1, seconds(30)), "wait for the receiver");
     records = RunSender(node.get(), options);
     for (auto& record : records) record.mode += " (no daemon)";
   }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "ferry_flow_bench: the receiver failed (status %d)\n", status);
-    return 1;
-  }
+  if (!ReceiverSucceeded(child)) return 1;
   if (!options.json_path.empty() && !WriteJson(options.json_path, records)) return 1;
   return 0;
 }
@@ -436,15 +397,7 @@ Options ParseOptions(int argc, char** argv) {
       Usage(argv[0]);
     }
   }
-  for (const auto& mode : options.modes) {
-    if (mode != "loan" && mode != "copy") {
-      std::fprintf(stderr, "unknown mode '%s' (loan or copy)\n", mode.c_str());
-      std::exit(2);
-    }
-  }
-  if (const char* quick = std::getenv("BENCH_QUICK"); quick && std::string_view(quick) == "1") {
-    options.quick = true;
-  }
+  FinishCommonFlags(&options, "loan", "copy");
   if (const char* sizes = std::getenv("FERRY_BENCH_SIZES"); sizes && *sizes) {
     options.sizes.clear();
     for (const auto& size : Split(sizes)) options.sizes.push_back(std::stoll(size));

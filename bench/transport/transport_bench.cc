@@ -69,13 +69,8 @@ constexpr int kWarmup = 50;
 constexpr uint32_t kQueueCapacity = 8;
 constexpr auto kReceiveTimeout = seconds(20);
 
-struct Options {
-  std::string json_path;
-  std::vector<std::string> modes = {"futex", "busy"};
-  std::vector<int64_t> sizes = {8,         64,        512,        2048,      4096,
-                                16 * 1024, 40 * 1024, 400 * 1024, 4'000'000, 40'000'000};
-  bool quick = false;
-  int timeout_seconds = 150;
+struct Options : CommonOptions {
+  Options() { modes = {"futex", "busy"}; }
 };
 
 int ThroughputMessages(int64_t size, bool quick) {
@@ -265,17 +260,14 @@ void RunReceiver(const std::string& mode, int64_t size, bool quick) {
 // ---- Driver ---------------------------------------------------------------------
 
 std::string ToJson(const Record& record) {
-  std::vector<int64_t> sorted = record.latencies_ns;
-  std::sort(sorted.begin(), sorted.end());
   char line[512];
   std::snprintf(line, sizeof(line),
                 "{\"system\": \"ferry\", \"language\": \"c++\", \"mode\": \"%s\", "
-                "\"placement\": \"%s\", \"size\": %lld, "
-                "\"samples\": %zu, \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f, "
+                "\"placement\": \"%s\", \"size\": %lld, %s, "
                 "\"msgs_per_s\": %.1f, \"gb_per_s\": %.4f}",
                 record.mode.c_str(), record.placement.c_str(), static_cast<long long>(record.size),
-                sorted.size(), Percentile(sorted, 0.50) / 1e3, Percentile(sorted, 0.99) / 1e3,
-                Percentile(sorted, 0.999) / 1e3, record.burst / record.burst_seconds,
+                LatencyJsonFields(Summarize(record.latencies_ns)).c_str(),
+                record.burst / record.burst_seconds,
                 record.burst * static_cast<double>(record.size) / record.burst_seconds / 1e9);
   return line;
 }
@@ -292,30 +284,14 @@ Options ParseOptions(int argc, char** argv) {
       std::exit(2);
     }
   }
-  for (const auto& mode : options.modes) {
-    if (mode != "futex" && mode != "busy") {
-      std::fprintf(stderr, "unknown mode '%s' (futex or busy)\n", mode.c_str());
-      std::exit(2);
-    }
-  }
-  if (const char* quick = std::getenv("BENCH_QUICK"); quick && std::string_view(quick) == "1") {
-    options.quick = true;
-  }
+  FinishCommonFlags(&options, "futex", "busy");
   return options;
-}
-
-void Pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
 }
 
 int Main(int argc, char** argv) {
   Options options = ParseOptions(argc, argv);
   const std::optional<std::pair<int, int>> cpus = CpuPair();
-  const std::string placement =
-      !cpus ? "unpinned" : (cpus->first == cpus->second ? "same core" : "two cores");
+  const std::string placement = Placement();
   if (placement == "same core") {
     // Two processes spinning on one core only hand over at scheduler ticks.
     const auto busy = std::find(options.modes.begin(), options.modes.end(), "busy");
@@ -325,23 +301,16 @@ int Main(int argc, char** argv) {
     }
   }
   run_id = std::to_string(getpid());
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) {
-    std::perror("fork");
-    return 1;
-  }
+  const pid_t child = ForkReceiver();
+  if (child < 0) return 1;
   if (child == 0) {
-    // Dies with the sender, whatever ends it.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    if (cpus) Pin(cpus->second);
+    if (cpus) PinToCpu(cpus->second);
     for (const auto& mode : options.modes) {
       for (int64_t size : options.sizes) RunReceiver(mode, size, options.quick);
     }
     _exit(0);
   }
-  if (cpus) Pin(cpus->first);
+  if (cpus) PinToCpu(cpus->first);
   // SIGALRM's default action ends the sender, and the receiver with it.
   alarm(static_cast<unsigned>(options.timeout_seconds));
 
@@ -351,29 +320,14 @@ int Main(int argc, char** argv) {
       Record record = RunSender(mode, size, options.quick);
       record.placement = placement;
       lines.push_back(ToJson(record));
-      std::vector<int64_t> sorted = record.latencies_ns;
-      std::sort(sorted.begin(), sorted.end());
+      const LatencySummary summary = Summarize(record.latencies_ns);
       std::fprintf(stderr, "ferry %-5s %10lld B: p50 %.2f us, p99 %.2f us, %.0f msg/s\n",
-                   mode.c_str(), static_cast<long long>(size), Percentile(sorted, 0.5) / 1e3,
-                   Percentile(sorted, 0.99) / 1e3, record.burst / record.burst_seconds);
+                   mode.c_str(), static_cast<long long>(size), summary.p50_us, summary.p99_us,
+                   record.burst / record.burst_seconds);
     }
   }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "ferry_transport_bench: the receiver failed (status %d)\n", status);
-    return 1;
-  }
-  if (!options.json_path.empty()) {
-    std::ofstream out(options.json_path);
-    out << "[\n";
-    for (size_t i = 0; i < lines.size(); ++i)
-      out << " " << lines[i] << (i + 1 < lines.size() ? ",\n" : "\n");
-    out << "]\n";
-    if (!out) {
-      std::fprintf(stderr, "cannot write %s\n", options.json_path.c_str());
-      return 1;
-    }
-  }
+  if (!ReceiverSucceeded(child)) return 1;
+  if (!options.json_path.empty() && !WriteJsonArray(options.json_path, lines)) return 1;
   return 0;
 }
 
