@@ -64,6 +64,17 @@ std::shared_ptr<ArrayData> NewArrayData(const TypePtr& type, int64_t length, int
   return data;
 }
 
+// Completes `data` with buffers {validity, values}; the values builder is
+// finished only once the validity bitmap was.
+template <typename ValuesBuilder>
+Result<ArrayDataPtr> FinishWithValues(std::shared_ptr<ArrayData> data, Result<BufferPtr> validity,
+                                      ValuesBuilder& values) {
+  FERRY_ASSIGN_OR_RAISE(BufferPtr validity_buffer, std::move(validity));
+  FERRY_ASSIGN_OR_RAISE(BufferPtr values_buffer, values.Finish());
+  data->buffers = {std::move(validity_buffer), std::move(values_buffer)};
+  return ArrayDataPtr(std::move(data));
+}
+
 // Largest value of an integer type that an int64 can hold.
 int64_t IntegerMax(TypeId id) {
   switch (id) {
@@ -126,6 +137,15 @@ Status AppendStringValue(ArrayBuilder* builder, std::string_view value) {
   if (auto* fixed = dynamic_cast<FixedSizeBinaryBuilder*>(builder)) return fixed->Append(value);
   return Status::TypeError("cannot append a byte string to a builder of " +
                            TypeName(builder->type()));
+}
+
+template <typename OffsetType>
+Status CheckChildFitsOffsets(int64_t child_length, const TypePtr& type) {
+  if (child_length > std::numeric_limits<OffsetType>::max()) {
+    return Status::Invalid("a child of " + std::to_string(child_length) +
+                           " values overflows the offsets of " + TypeName(type));
+  }
+  return Status::OK();
 }
 
 // Writes the low `width` bytes of `value` (little-endian).
@@ -432,6 +452,31 @@ Result<std::vector<ArrayDataPtr>> ArrayBuilder::FinishChildren() {
   return finished;
 }
 
+void ArrayBuilder::InitSingleChild(TypeId expected) {
+  RequireType(type_ != nullptr && type_->id == expected && type_->children.size() == 1,
+              TypeIdName(expected));
+  if (init_status_.ok()) {
+    MakeChildren(type_->children);
+  } else {
+    children_.push_back(std::make_unique<NullBuilder>(pool_));
+  }
+}
+
+template <typename OffsetType>
+Status ArrayBuilder::AppendEmptyElements(TypedBufferBuilder<OffsetType>& offsets, int64_t end,
+                                         bool valid, int64_t count) {
+  FERRY_RETURN_NOT_OK(CheckCount(count));
+  FERRY_RETURN_NOT_OK(CheckChildFitsOffsets<OffsetType>(end, type_));
+  FERRY_RETURN_NOT_OK(offsets.Reserve(count));
+  FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
+  return offsets.AppendCopies(static_cast<OffsetType>(end), count);
+}
+
+template Status ArrayBuilder::AppendEmptyElements<int32_t>(TypedBufferBuilder<int32_t>&, int64_t,
+                                                           bool, int64_t);
+template Status ArrayBuilder::AppendEmptyElements<int64_t>(TypedBufferBuilder<int64_t>&, int64_t,
+                                                           bool, int64_t);
+
 // ---- NullBuilder / BooleanBuilder ---------------------------------------------------
 
 NullBuilder::NullBuilder(MemoryPool* pool) : ArrayBuilder(null(), pool) {}
@@ -463,17 +508,10 @@ Status BooleanBuilder::AppendValues(const std::vector<bool>& values) {
   return Status::OK();
 }
 
-Status BooleanBuilder::AppendNulls(int64_t count) {
+Status BooleanBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   FERRY_RETURN_NOT_OK(values_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(false, count));
-  return values_.AppendRun(false, count);
-}
-
-Status BooleanBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  FERRY_RETURN_NOT_OK(values_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(true, count));
+  FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
   return values_.AppendRun(false, count);
 }
 
@@ -488,11 +526,7 @@ void BooleanBuilder::Reset() {
 }
 
 Result<ArrayDataPtr> BooleanBuilder::FinishInternal() {
-  auto data = NewArrayData(type_, length_, null_count_);
-  FERRY_ASSIGN_OR_RAISE(BufferPtr validity, FinishValidity());
-  FERRY_ASSIGN_OR_RAISE(BufferPtr values, values_.Finish());
-  data->buffers = {std::move(validity), std::move(values)};
-  return ArrayDataPtr(std::move(data));
+  return FinishWithValues(NewArrayData(type_, length_, null_count_), FinishValidity(), values_);
 }
 
 // ---- Fixed-width values -------------------------------------------------------------
@@ -515,19 +549,11 @@ Status FixedBytesBuilder::AppendBytes(const uint8_t* values, int64_t count,
   return Status::OK();
 }
 
-Status FixedBytesBuilder::AppendNulls(int64_t count) {
+Status FixedBytesBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   FERRY_ASSIGN_OR_RAISE(int64_t bytes, BytesFor(count, byte_width_));
   FERRY_RETURN_NOT_OK(data_.Reserve(bytes));
-  FERRY_RETURN_NOT_OK(AppendValidity(false, count));
-  return data_.AppendZeros(bytes);
-}
-
-Status FixedBytesBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  FERRY_ASSIGN_OR_RAISE(int64_t bytes, BytesFor(count, byte_width_));
-  FERRY_RETURN_NOT_OK(data_.Reserve(bytes));
-  FERRY_RETURN_NOT_OK(AppendValidity(true, count));
+  FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
   return data_.AppendZeros(bytes);
 }
 
@@ -543,11 +569,7 @@ void FixedBytesBuilder::Reset() {
 }
 
 Result<ArrayDataPtr> FixedBytesBuilder::FinishInternal() {
-  auto data = NewArrayData(type_, length_, null_count_);
-  FERRY_ASSIGN_OR_RAISE(BufferPtr validity, FinishValidity());
-  FERRY_ASSIGN_OR_RAISE(BufferPtr values, data_.Finish());
-  data->buffers = {std::move(validity), std::move(values)};
-  return ArrayDataPtr(std::move(data));
+  return FinishWithValues(NewArrayData(type_, length_, null_count_), FinishValidity(), data_);
 }
 
 FixedSizeBinaryBuilder::FixedSizeBinaryBuilder(TypePtr type, MemoryPool* pool)
@@ -622,21 +644,8 @@ Status BaseBinaryBuilder<OffsetType>::AppendValues(const std::vector<std::string
 }
 
 template <typename OffsetType>
-Status BaseBinaryBuilder<OffsetType>::AppendEmptySlots(bool valid, int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
-  return offsets_.AppendCopies(static_cast<OffsetType>(data_.length()), count);
-}
-
-template <typename OffsetType>
-Status BaseBinaryBuilder<OffsetType>::AppendNulls(int64_t count) {
-  return AppendEmptySlots(false, count);
-}
-
-template <typename OffsetType>
-Status BaseBinaryBuilder<OffsetType>::AppendEmptyValues(int64_t count) {
-  return AppendEmptySlots(true, count);
+Status BaseBinaryBuilder<OffsetType>::AppendSlots(bool valid, int64_t count) {
+  return AppendEmptyElements(offsets_, data_.length(), valid, count);
 }
 
 template <typename OffsetType>
@@ -726,17 +735,13 @@ Status BinaryViewBuilder::Append(std::string_view value) {
   return Status::OK();
 }
 
-Status BinaryViewBuilder::AppendZeroViews(bool valid, int64_t count) {
+Status BinaryViewBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   FERRY_ASSIGN_OR_RAISE(int64_t bytes, BytesFor(count, 16));
   FERRY_RETURN_NOT_OK(views_.Reserve(bytes));
   FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
   return views_.AppendZeros(bytes);
 }
-
-Status BinaryViewBuilder::AppendNulls(int64_t count) { return AppendZeroViews(false, count); }
-
-Status BinaryViewBuilder::AppendEmptyValues(int64_t count) { return AppendZeroViews(true, count); }
 
 Status BinaryViewBuilder::Reserve(int64_t additional) {
   FERRY_RETURN_NOT_OK(ArrayBuilder::Reserve(additional));
@@ -771,55 +776,20 @@ Result<ArrayDataPtr> BinaryViewBuilder::FinishInternal() {
 
 // ---- Lists ---------------------------------------------------------------------------------
 
-namespace {
-
-template <typename OffsetType>
-Status CheckChildFitsOffsets(int64_t child_length, const TypePtr& type) {
-  if (child_length > std::numeric_limits<OffsetType>::max()) {
-    return Status::Invalid("a child of " + std::to_string(child_length) +
-                           " values overflows the offsets of " + TypeName(type));
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
 template <typename OffsetType>
 BaseListBuilder<OffsetType>::BaseListBuilder(TypePtr type, MemoryPool* pool)
     : ArrayBuilder(std::move(type), pool), offsets_(pool_) {
-  const TypeId expected = sizeof(OffsetType) == 4 ? TypeId::kList : TypeId::kLargeList;
-  RequireType(type_ != nullptr && type_->id == expected && type_->children.size() == 1,
-              TypeIdName(expected));
-  if (init_status_.ok()) {
-    MakeChildren(type_->children);
-  } else {
-    children_.push_back(std::make_unique<NullBuilder>(pool_));
-  }
+  InitSingleChild(sizeof(OffsetType) == 4 ? TypeId::kList : TypeId::kLargeList);
 }
 
 template <typename OffsetType>
-Status BaseListBuilder<OffsetType>::AppendOffsets(bool valid, int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  const int64_t child_length = value_builder()->length();
-  FERRY_RETURN_NOT_OK(CheckChildFitsOffsets<OffsetType>(child_length, type_));
-  FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
-  return offsets_.AppendCopies(static_cast<OffsetType>(child_length), count);
+Status BaseListBuilder<OffsetType>::AppendSlots(bool valid, int64_t count) {
+  return AppendEmptyElements(offsets_, value_builder()->length(), valid, count);
 }
 
 template <typename OffsetType>
 Status BaseListBuilder<OffsetType>::Append() {
-  return AppendOffsets(true, 1);
-}
-
-template <typename OffsetType>
-Status BaseListBuilder<OffsetType>::AppendNulls(int64_t count) {
-  return AppendOffsets(false, count);
-}
-
-template <typename OffsetType>
-Status BaseListBuilder<OffsetType>::AppendEmptyValues(int64_t count) {
-  return AppendOffsets(true, count);
+  return AppendSlots(true, 1);
 }
 
 template <typename OffsetType>
@@ -860,14 +830,7 @@ template class BaseListBuilder<int64_t>;
 template <typename OffsetType>
 BaseListViewBuilder<OffsetType>::BaseListViewBuilder(TypePtr type, MemoryPool* pool)
     : ArrayBuilder(std::move(type), pool), offsets_(pool_), sizes_(pool_) {
-  const TypeId expected = sizeof(OffsetType) == 4 ? TypeId::kListView : TypeId::kLargeListView;
-  RequireType(type_ != nullptr && type_->id == expected && type_->children.size() == 1,
-              TypeIdName(expected));
-  if (init_status_.ok()) {
-    MakeChildren(type_->children);
-  } else {
-    children_.push_back(std::make_unique<NullBuilder>(pool_));
-  }
+  InitSingleChild(sizeof(OffsetType) == 4 ? TypeId::kListView : TypeId::kLargeListView);
 }
 
 template <typename OffsetType>
@@ -912,7 +875,7 @@ Status BaseListViewBuilder<OffsetType>::AppendView(int64_t offset, int64_t size)
 }
 
 template <typename OffsetType>
-Status BaseListViewBuilder<OffsetType>::AppendFixedViews(bool valid, int64_t count) {
+Status BaseListViewBuilder<OffsetType>::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   FERRY_RETURN_NOT_OK(CloseOpenElement());
   FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
@@ -920,16 +883,6 @@ Status BaseListViewBuilder<OffsetType>::AppendFixedViews(bool valid, int64_t cou
   FERRY_RETURN_NOT_OK(AppendValidity(valid, count));
   FERRY_RETURN_NOT_OK(offsets_.AppendCopies(0, count));
   return sizes_.AppendCopies(0, count);
-}
-
-template <typename OffsetType>
-Status BaseListViewBuilder<OffsetType>::AppendNulls(int64_t count) {
-  return AppendFixedViews(false, count);
-}
-
-template <typename OffsetType>
-Status BaseListViewBuilder<OffsetType>::AppendEmptyValues(int64_t count) {
-  return AppendFixedViews(true, count);
 }
 
 template <typename OffsetType>
@@ -989,18 +942,11 @@ FixedSizeListBuilder::FixedSizeListBuilder(TypePtr type, MemoryPool* pool)
 
 Status FixedSizeListBuilder::Append() { return AppendValidity(true); }
 
-Status FixedSizeListBuilder::AppendNulls(int64_t count) {
+Status FixedSizeListBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   FERRY_ASSIGN_OR_RAISE(int64_t child_count, BytesFor(count, list_size()));
   FERRY_RETURN_NOT_OK(value_builder()->AppendEmptyValues(child_count));
-  return AppendValidity(false, count);
-}
-
-Status FixedSizeListBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  FERRY_ASSIGN_OR_RAISE(int64_t child_count, BytesFor(count, list_size()));
-  FERRY_RETURN_NOT_OK(value_builder()->AppendEmptyValues(child_count));
-  return AppendValidity(true, count);
+  return AppendValidity(valid, count);
 }
 
 Result<ArrayDataPtr> FixedSizeListBuilder::FinishInternal() {
@@ -1026,18 +972,11 @@ StructBuilder::StructBuilder(TypePtr type, MemoryPool* pool) : ArrayBuilder(std:
 
 Status StructBuilder::Append() { return AppendValidity(true); }
 
-Status StructBuilder::AppendNulls(int64_t count) {
+Status StructBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   for (auto& field_builder : children_)
     FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
-  return AppendValidity(false, count);
-}
-
-Status StructBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  for (auto& field_builder : children_)
-    FERRY_RETURN_NOT_OK(field_builder->AppendEmptyValues(count));
-  return AppendValidity(true, count);
+  return AppendValidity(valid, count);
 }
 
 Result<ArrayDataPtr> StructBuilder::FinishInternal() {
@@ -1073,31 +1012,10 @@ MapBuilder::MapBuilder(TypePtr type, MemoryPool* pool)
   }
 }
 
-Status MapBuilder::Append() {
-  const int64_t entries = key_builder()->length();
-  FERRY_RETURN_NOT_OK(CheckChildFitsOffsets<int32_t>(entries, type_));
-  FERRY_RETURN_NOT_OK(offsets_.Reserve(1));
-  FERRY_RETURN_NOT_OK(AppendValidity(true));
-  offsets_.UnsafeAppend(static_cast<int32_t>(entries));
-  return Status::OK();
-}
+Status MapBuilder::Append() { return AppendSlots(true, 1); }
 
-Status MapBuilder::AppendNulls(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  const int64_t entries = key_builder()->length();
-  FERRY_RETURN_NOT_OK(CheckChildFitsOffsets<int32_t>(entries, type_));
-  FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(false, count));
-  return offsets_.AppendCopies(static_cast<int32_t>(entries), count);
-}
-
-Status MapBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  const int64_t entries = key_builder()->length();
-  FERRY_RETURN_NOT_OK(CheckChildFitsOffsets<int32_t>(entries, type_));
-  FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-  FERRY_RETURN_NOT_OK(AppendValidity(true, count));
-  return offsets_.AppendCopies(static_cast<int32_t>(entries), count);
+Status MapBuilder::AppendSlots(bool valid, int64_t count) {
+  return AppendEmptyElements(offsets_, key_builder()->length(), valid, count);
 }
 
 Status MapBuilder::Reserve(int64_t additional) {
@@ -1191,38 +1109,13 @@ Status UnionBuilder::Append(int8_t type_code) {
   return Status::OK();
 }
 
-Status UnionBuilder::AppendNulls(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  if (count == 0) return Status::OK();
-  if (num_children() == 0) return Status::Invalid("a union without children cannot hold nulls");
-  ArrayBuilder* first = child(0);
-  FERRY_RETURN_NOT_OK(type_ids_.Reserve(count));
-  if (dense_) {
-    if (first->length() + count > INT32_MAX) {
-      return Status::Invalid("dense union child overflows int32 offsets");
-    }
-    FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-    const int64_t first_offset = first->length();
-    FERRY_RETURN_NOT_OK(first->AppendNulls(count));
-    for (int64_t i = 0; i < count; ++i) {
-      offsets_.UnsafeAppend(static_cast<int32_t>(first_offset + i));
-    }
-  } else {
-    FERRY_RETURN_NOT_OK(first->AppendNulls(count));
-    for (int other = 1; other < num_children(); ++other) {
-      FERRY_RETURN_NOT_OK(child(other)->AppendEmptyValues(count));
-    }
-  }
-  FERRY_RETURN_NOT_OK(type_ids_.AppendCopies(type_->type_codes[0], count));
-  length_ += count;
-  return Status::OK();
-}
-
-Status UnionBuilder::AppendEmptyValues(int64_t count) {
+// Valid slots are empty values of the first child, null slots its nulls.
+Status UnionBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   if (count == 0) return Status::OK();
   if (num_children() == 0) {
-    return Status::Invalid("a union without children cannot hold values");
+    return Status::Invalid(std::string("a union without children cannot hold ") +
+                           (valid ? "values" : "nulls"));
   }
   ArrayBuilder* first = child(0);
   FERRY_RETURN_NOT_OK(type_ids_.Reserve(count));
@@ -1231,14 +1124,16 @@ Status UnionBuilder::AppendEmptyValues(int64_t count) {
       return Status::Invalid("dense union child overflows int32 offsets");
     }
     FERRY_RETURN_NOT_OK(offsets_.Reserve(count));
-    const int64_t first_offset = first->length();
-    FERRY_RETURN_NOT_OK(first->AppendEmptyValues(count));
+  }
+  const int64_t first_offset = first->length();
+  FERRY_RETURN_NOT_OK(valid ? first->AppendEmptyValues(count) : first->AppendNulls(count));
+  if (dense_) {
     for (int64_t i = 0; i < count; ++i) {
       offsets_.UnsafeAppend(static_cast<int32_t>(first_offset + i));
     }
   } else {
-    for (auto& child_builder : children_) {
-      FERRY_RETURN_NOT_OK(child_builder->AppendEmptyValues(count));
+    for (int other = 1; other < num_children(); ++other) {
+      FERRY_RETURN_NOT_OK(child(other)->AppendEmptyValues(count));
     }
   }
   FERRY_RETURN_NOT_OK(type_ids_.AppendCopies(type_->type_codes[0], count));
@@ -1370,29 +1265,17 @@ Status RunEndEncodedBuilder::AppendStringRun(std::string_view value, int64_t run
                           [&] { return AppendStringValue(value_builder(), value); });
 }
 
-Status RunEndEncodedBuilder::AppendNulls(int64_t count) {
+// One run of `count` slots; a null run extends a preceding null run when merging.
+Status RunEndEncodedBuilder::AppendSlots(bool valid, int64_t count) {
   FERRY_RETURN_NOT_OK(CheckCount(count));
   if (count == 0) return Status::OK();
   FERRY_RETURN_NOT_OK(CheckRunLength(count));
-  if (merge_equal_runs_ && last_run_null_) return ExtendLastRun(count);
+  if (!valid && merge_equal_runs_ && last_run_null_) return ExtendLastRun(count);
   FERRY_RETURN_NOT_OK(CheckValuesInStep());
   FERRY_RETURN_NOT_OK(run_ends_.Reserve(run_end_width_));
-  FERRY_RETURN_NOT_OK(value_builder()->AppendNull());
+  FERRY_RETURN_NOT_OK(valid ? value_builder()->AppendEmptyValue() : value_builder()->AppendNull());
   PushRunEnd(count);
-  last_run_null_ = true;
-  last_run_key_.reset();
-  return Status::OK();
-}
-
-Status RunEndEncodedBuilder::AppendEmptyValues(int64_t count) {
-  FERRY_RETURN_NOT_OK(CheckCount(count));
-  if (count == 0) return Status::OK();
-  FERRY_RETURN_NOT_OK(CheckRunLength(count));
-  FERRY_RETURN_NOT_OK(CheckValuesInStep());
-  FERRY_RETURN_NOT_OK(run_ends_.Reserve(run_end_width_));
-  FERRY_RETURN_NOT_OK(value_builder()->AppendEmptyValue());
-  PushRunEnd(count);
-  last_run_null_ = false;
+  last_run_null_ = !valid;
   last_run_key_.reset();
   return Status::OK();
 }
@@ -1532,10 +1415,7 @@ Result<ArrayDataPtr> DictionaryBuilder::FinishInternal() {
   }
   auto data = NewArrayData(type_, length_, null_count_);
   FERRY_ASSIGN_OR_RAISE(data->dictionary, values->Finish());
-  FERRY_ASSIGN_OR_RAISE(BufferPtr validity, FinishValidity());
-  FERRY_ASSIGN_OR_RAISE(BufferPtr indices, indices_.Finish());
-  data->buffers = {std::move(validity), std::move(indices)};
-  return ArrayDataPtr(std::move(data));
+  return FinishWithValues(std::move(data), FinishValidity(), indices_);
 }
 
 // ---- MakeBuilder ---------------------------------------------------------------------------

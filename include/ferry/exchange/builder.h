@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {
@@ -219,6 +219,15 @@ class ArrayBuilder {
   void MakeChildren(const std::vector<Field>& fields);
   // Finishes every child builder.
   Result<std::vector<ArrayDataPtr>> FinishChildren();
+  // For list-like builders: requires a type of id `expected` with one child
+  // and builds that child (a placeholder when the type is rejected).
+  void InitSingleChild(TypeId expected);
+  // Appends `count` slots, valid or null, of empty elements whose offsets all
+  // are `end`: the offsets of binary, list and map builders. Invalid when
+  // `end` overflows OffsetType.
+  template <typename OffsetType>
+  Status AppendEmptyElements(TypedBufferBuilder<OffsetType>& offsets, int64_t end, bool valid,
+                             int64_t count);
 
   TypePtr type_;
   MemoryPool* pool_;
@@ -257,8 +266,8 @@ class BooleanBuilder final : public ArrayBuilder {
   Status Append(bool value);
   Status AppendOptional(std::optional<bool> value) { return value ? Append(*value) : AppendNull(); }
   Status AppendValues(const std::vector<bool>& values);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   bool value(int64_t i) const { return values_.Get(i); }
@@ -267,6 +276,9 @@ class BooleanBuilder final : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
+
   BitmapBuilder values_;
 };
 
@@ -281,8 +293,8 @@ class FixedBytesBuilder : public ArrayBuilder {
   // (optional, one byte per value, zero = null) marks nulls.
   Status AppendBytes(const uint8_t* values, int64_t count = 1,
                      const uint8_t* valid_bytes = nullptr);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   // The bytes of value i, valid until the next append.
@@ -293,6 +305,9 @@ class FixedBytesBuilder : public ArrayBuilder {
   void set_byte_width(int32_t byte_width) { byte_width_ = byte_width; }
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
+
   int32_t byte_width_ = 0;
   BufferBuilder data_;
 };
@@ -411,8 +426,8 @@ class BaseBinaryBuilder : public ArrayBuilder {
     return value ? Append(*value) : AppendNull();
   }
   Status AppendValues(const std::vector<std::string>& values);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   // Reserves room for `additional_bytes` more bytes of value data.
   Status ReserveData(int64_t additional_bytes) { return data_.Reserve(additional_bytes); }
@@ -425,7 +440,8 @@ class BaseBinaryBuilder : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
-  Status AppendEmptySlots(bool valid, int64_t count);
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
 
   // Start offset of every appended element; the final offset is added by Finish.
   TypedBufferBuilder<OffsetType> offsets_;
@@ -463,7 +479,7 @@ class LargeUtf8Builder final : public LargeBinaryBuilder {
 // [validity, views, data buffer 0, data buffer 1, ...].
 class BinaryViewBuilder : public ArrayBuilder {
  public:
-  static constexpr int64_t kDefaultBlockSize = 32 * 1024;
+  static constexpr int64_t kDefaultBlockSize = int64_t{32} * 1024;
   static constexpr int64_t kMaxInlineSize = 12;
 
   explicit BinaryViewBuilder(MemoryPool* pool = default_memory_pool())
@@ -477,8 +493,8 @@ class BinaryViewBuilder : public ArrayBuilder {
   Status AppendOptional(std::optional<std::string_view> value) {
     return value ? Append(*value) : AppendNull();
   }
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
 
@@ -490,7 +506,8 @@ class BinaryViewBuilder : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
-  Status AppendZeroViews(bool valid, int64_t count);
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
 
   int64_t block_size_;
   BufferBuilder views_;
@@ -517,18 +534,19 @@ class BaseListBuilder : public ArrayBuilder {
 
   Status Append();
   Status Append(bool is_valid) { return is_valid ? Append() : AppendNull(); }
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   ArrayBuilder* value_builder() const { return child(0); }
 
  protected:
   Result<ArrayDataPtr> FinishInternal() override;
-  Status AppendOffsets(bool valid, int64_t count);
   Result<BufferPtr> FinishOffsets();
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
   TypedBufferBuilder<OffsetType> offsets_;
 };
 
@@ -547,8 +565,8 @@ class BaseListViewBuilder : public ArrayBuilder {
 
   Status Append();
   Status AppendView(int64_t offset, int64_t size);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   ArrayBuilder* value_builder() const { return child(0); }
@@ -558,7 +576,8 @@ class BaseListViewBuilder : public ArrayBuilder {
 
  private:
   Status CloseOpenElement();
-  Status AppendFixedViews(bool valid, int64_t count);
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
 
   TypedBufferBuilder<OffsetType> offsets_;
   TypedBufferBuilder<OffsetType> sizes_;
@@ -575,8 +594,8 @@ class FixedSizeListBuilder final : public ArrayBuilder {
   explicit FixedSizeListBuilder(TypePtr type, MemoryPool* pool = default_memory_pool());
 
   Status Append();
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   int32_t list_size() const { return list_size_; }
   ArrayBuilder* value_builder() const { return child(0); }
 
@@ -584,6 +603,9 @@ class FixedSizeListBuilder final : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
+
   int32_t list_size_ = 0;
 };
 
@@ -595,13 +617,17 @@ class StructBuilder final : public ArrayBuilder {
 
   Status Append();
   Status Append(bool is_valid) { return is_valid ? Append() : AppendNull(); }
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   int num_fields() const { return num_children(); }
   ArrayBuilder* field_builder(int i) const { return child(i); }
 
  protected:
   Result<ArrayDataPtr> FinishInternal() override;
+
+ private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
 };
 
 // map: Append() opens a map; append its keys to key_builder() and as many
@@ -612,8 +638,8 @@ class MapBuilder final : public ArrayBuilder {
   explicit MapBuilder(TypePtr type, MemoryPool* pool = default_memory_pool());
 
   Status Append();
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   ArrayBuilder* key_builder() const { return child(0); }
@@ -623,6 +649,9 @@ class MapBuilder final : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
+
   TypedBufferBuilder<int32_t> offsets_;
 };
 
@@ -634,8 +663,8 @@ class UnionBuilder : public ArrayBuilder {
  public:
   // Invalid for a type code the union does not declare.
   Status Append(int8_t type_code);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   Status Reserve(int64_t additional) override;
   void Reset() override;
   // nullptr for an undeclared code.
@@ -646,9 +675,12 @@ class UnionBuilder : public ArrayBuilder {
   Result<ArrayDataPtr> FinishInternal() override;
 
  private:
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
+
   bool dense_;
   // Child index per type code, -1 if undeclared.
-  int child_index_for_code_[128];
+  int child_index_for_code_[128] = {};
   TypedBufferBuilder<int8_t> type_ids_;
   TypedBufferBuilder<int32_t> offsets_;  // dense only
 };
@@ -688,8 +720,8 @@ class RunEndEncodedBuilder final : public ArrayBuilder {
   }
   // For binary, utf8 (large or view) values.
   Status AppendStringRun(std::string_view value, int64_t run_length);
-  Status AppendNulls(int64_t count) override;
-  Status AppendEmptyValues(int64_t count) override;
+  Status AppendNulls(int64_t count) override { return AppendSlots(false, count); }
+  Status AppendEmptyValues(int64_t count) override { return AppendSlots(true, count); }
   void Reset() override;
 
   void set_merge_equal_runs(bool merge) { merge_equal_runs_ = merge; }
@@ -712,6 +744,8 @@ class RunEndEncodedBuilder final : public ArrayBuilder {
     last_run_key_ = std::move(key);
     return Status::OK();
   }
+  // Appends `count` slots, valid (empty values) or null.
+  Status AppendSlots(bool valid, int64_t count);
   Status ValueBuilderMismatch() const;
   Status CheckRunLength(int64_t run_length) const;
   Status CheckValuesInStep() const;
