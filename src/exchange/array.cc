@@ -26,42 +26,31 @@ const uint8_t* BufferData(const ArrayData& data, size_t index) {
   return data.buffers[index]->data();
 }
 
+template <typename T>
+T Load(const uint8_t* values, int64_t index) {
+  T value;
+  std::memcpy(&value, values + index * int64_t{sizeof(T)}, sizeof(T));
+  return value;
+}
+
 // Reads element `index` (absolute: the array offset already applied) of an
 // integer buffer whose width and signedness come from `type_id`.
 int64_t ReadInteger(const uint8_t* values, TypeId type_id, int64_t index) {
   switch (type_id) {
-    case TypeId::kInt8: {
-      int8_t v;
-      std::memcpy(&v, values + index, 1);
-      return v;
-    }
+    case TypeId::kInt8:
+      return Load<int8_t>(values, index);
     case TypeId::kUInt8:
-      return values[index];
-    case TypeId::kInt16: {
-      int16_t v;
-      std::memcpy(&v, values + index * 2, 2);
-      return v;
-    }
-    case TypeId::kUInt16: {
-      uint16_t v;
-      std::memcpy(&v, values + index * 2, 2);
-      return v;
-    }
-    case TypeId::kInt32: {
-      int32_t v;
-      std::memcpy(&v, values + index * 4, 4);
-      return v;
-    }
-    case TypeId::kUInt32: {
-      uint32_t v;
-      std::memcpy(&v, values + index * 4, 4);
-      return v;
-    }
-    default: {
-      int64_t v;
-      std::memcpy(&v, values + index * 8, 8);
-      return v;
-    }
+      return Load<uint8_t>(values, index);
+    case TypeId::kInt16:
+      return Load<int16_t>(values, index);
+    case TypeId::kUInt16:
+      return Load<uint16_t>(values, index);
+    case TypeId::kInt32:
+      return Load<int32_t>(values, index);
+    case TypeId::kUInt32:
+      return Load<uint32_t>(values, index);
+    default:
+      return Load<int64_t>(values, index);
   }
 }
 
@@ -79,13 +68,6 @@ TypeId IntegerStorage(TypeId id) {
     default:
       return id;
   }
-}
-
-template <typename T>
-T Load(const uint8_t* values, int64_t index) {
-  T value;
-  std::memcpy(&value, values + index * int64_t{sizeof(T)}, sizeof(T));
-  return value;
 }
 
 // Offsets of element `index` (absolute) of a binary or list array.

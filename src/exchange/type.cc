@@ -169,34 +169,25 @@ std::string MetadataToString(const Metadata& metadata) {
   return text;
 }
 
-// Largest precision each decimal width can hold (Arrow columnar format).
-int32_t MaxDecimalPrecision(TypeId id) {
-  switch (id) {
-    case TypeId::kDecimal32:
-      return 9;
-    case TypeId::kDecimal64:
-      return 18;
-    case TypeId::kDecimal128:
-      return 38;
-    case TypeId::kDecimal256:
-      return 76;
-    default:
-      return 0;
-  }
-}
+// Byte width and largest precision of each decimal type (Arrow columnar
+// format); zeros for a type that is not a decimal.
+struct DecimalLayout {
+  int32_t byte_width = 0;
+  int32_t max_precision = 0;
+};
 
-int32_t DecimalByteWidth(TypeId id) {
+DecimalLayout DecimalLayoutOf(TypeId id) {
   switch (id) {
     case TypeId::kDecimal32:
-      return 4;
+      return {4, 9};
     case TypeId::kDecimal64:
-      return 8;
+      return {8, 18};
     case TypeId::kDecimal128:
-      return 16;
+      return {16, 38};
     case TypeId::kDecimal256:
-      return 32;
+      return {32, 76};
     default:
-      return 0;
+      return {};
   }
 }
 
@@ -226,7 +217,8 @@ Status ValidateTypeAt(const DataType& type, const std::string& path) {
     case TypeId::kDecimal64:
     case TypeId::kDecimal128:
     case TypeId::kDecimal256: {
-      const int32_t max_precision = MaxDecimalPrecision(type.id);
+      const DecimalLayout layout = DecimalLayoutOf(type.id);
+      const int32_t max_precision = layout.max_precision;
       if (type.precision < 1 || type.precision > max_precision) {
         return Status::Invalid(where + TypeIdName(type.id) + " precision must be in 1.." +
                                std::to_string(max_precision) + ", got " +
@@ -239,10 +231,10 @@ Status ValidateTypeAt(const DataType& type, const std::string& path) {
             where + TypeIdName(type.id) + " scale must be in -" + std::to_string(max_precision) +
             ".." + std::to_string(max_precision) + ", got " + std::to_string(type.scale));
       }
-      if (type.byte_width != DecimalByteWidth(type.id)) {
+      if (type.byte_width != layout.byte_width) {
         return Status::Invalid(where + "decimal bit width must be 32, 64, 128 or 256; " +
                                TypeIdName(type.id) + " needs byte width " +
-                               std::to_string(DecimalByteWidth(type.id)) + ", got " +
+                               std::to_string(layout.byte_width) + ", got " +
                                std::to_string(type.byte_width));
       }
       return Status::OK();
@@ -622,7 +614,7 @@ int32_t DataType::fixed_width() const {
     case TypeId::kDecimal64:
     case TypeId::kDecimal128:
     case TypeId::kDecimal256:
-      return DecimalByteWidth(id);
+      return DecimalLayoutOf(id).byte_width;
     case TypeId::kFixedSizeBinary:
       return byte_width;
     default:
