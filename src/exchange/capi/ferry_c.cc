@@ -1,8 +1,6 @@
 // The C API (include/ferry/c/ferry.h). Every entry point catches every
 // exception and turns it and any non-OK Status into an errno code plus a
 // message, so nothing but plain return values crosses the C boundary.
-#include "ferry/c/ferry.h"
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,13 +8,14 @@
 #include <new>
 #include <string>
 
+#include "ferry/base/telemetry.h"
+#include "ferry/c/ferry.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/sample.h"
 #include "ferry/exchange/stream.h"
 #include "ferry/exchange/type.h"
 #include "ferry/exchange/validate.h"
-#include "ferry/base/telemetry.h"
 
 struct FerryArray {
   ferry::ArrayDataPtr data;
@@ -25,10 +24,14 @@ struct FerryArray {
 
 namespace {
 
-void SetError(FerryError* error, const std::string& message) {
+// Writes `prefix` then `detail` into the error's message, truncating; does not
+// allocate, so it is safe inside the exception handlers of Guard.
+void SetError(FerryError* error, const char* prefix, const char* detail = "") noexcept {
   if (error == nullptr) return;
-  std::snprintf(error->message, sizeof(error->message), "%s", message.c_str());
+  std::snprintf(error->message, sizeof(error->message), "%s%s", prefix, detail);
 }
+
+void SetError(FerryError* error, const std::string& message) { SetError(error, message.c_str()); }
 
 int Fail(FerryError* error, const ferry::Status& status) {
   SetError(error, status.ToString());
@@ -45,7 +48,7 @@ int Guard(FerryError* error, Body&& body) noexcept {
     SetError(error, "Out of memory");
     return ENOMEM;
   } catch (const std::exception& e) {
-    SetError(error, std::string("Unknown error: ") + e.what());
+    SetError(error, "Unknown error: ", e.what());
     return EIO;
   } catch (...) {
     SetError(error, "Unknown error: non-standard exception");
@@ -110,8 +113,8 @@ int ferry_array_validate(const ArrowArray* array, const ArrowSchema* schema, int
   });
 }
 
-int ferry_schema_describe(const ArrowSchema* schema, char* out, size_t out_size,
-                          size_t* out_length, FerryError* error) {
+int ferry_schema_describe(const ArrowSchema* schema, char* out, size_t out_size, size_t* out_length,
+                          FerryError* error) {
   return Guard(error, [&]() -> ferry::Status {
     FERRY_RETURN_NOT_OK(CheckSchemaPointer(schema));
     FERRY_ASSIGN_OR_RAISE(auto field, ferry::ImportField(schema));
@@ -233,9 +236,7 @@ int ferry_stream_drain(ArrowArrayStream* stream, int64_t* out_batches, int64_t* 
   });
 }
 
-int ferry_telemetry_count(void) {
-  return static_cast<int>(ferry::telemetry::Snapshot().size());
-}
+int ferry_telemetry_count(void) { return static_cast<int>(ferry::telemetry::Snapshot().size()); }
 
 const char* ferry_telemetry_name(int index) {
   using ferry::telemetry::Counter;
@@ -265,8 +266,7 @@ int ferry_telemetry_get(const char* name, int64_t* out_value, FerryError* error)
   return 0;
 }
 
-int ferry_telemetry_prometheus(char* out, size_t out_size, size_t* out_length,
-                               FerryError* error) {
+int ferry_telemetry_prometheus(char* out, size_t out_size, size_t* out_length, FerryError* error) {
   return Guard(error, [&]() -> ferry::Status {
     WriteText(ferry::telemetry::ToPrometheus(), out, out_size, out_length);
     return ferry::Status::OK();
