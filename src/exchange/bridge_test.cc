@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ferry/base/telemetry.h"
+#include "testing/sample_arrays.h"
 #include "testing/test_util.h"
 
 namespace ferry {
@@ -588,40 +589,7 @@ TEST_F(BridgeTest, FieldRoundTrip) {
 }
 
 TEST_F(BridgeTest, EveryTypeSurvivesTypeRoundTrip) {
-  const std::vector<TypePtr> types{null(),
-                                   boolean(),
-                                   int8(),
-                                   uint64(),
-                                   float16(),
-                                   decimal(128, 38, 10),
-                                   binary(),
-                                   large_binary(),
-                                   binary_view(),
-                                   utf8(),
-                                   large_utf8(),
-                                   utf8_view(),
-                                   fixed_size_binary(3),
-                                   date32(),
-                                   date64(),
-                                   time32(TimeUnit::kMilli),
-                                   time64(TimeUnit::kNano),
-                                   timestamp(TimeUnit::kSecond),
-                                   duration(TimeUnit::kMicro),
-                                   interval_months(),
-                                   interval_day_time(),
-                                   interval_month_day_nano(),
-                                   list(field("item", int8())),
-                                   large_list(field("item", int8())),
-                                   list_view(field("item", int8())),
-                                   large_list_view(field("item", int8())),
-                                   fixed_size_list(field("item", int8()), 4),
-                                   struct_({field("a", int8()), field("b", utf8())}),
-                                   map(utf8(), int8(), true),
-                                   dense_union({field("a", int8()), field("b", utf8())}, {3, 9}),
-                                   sparse_union({field("a", int8())}),
-                                   run_end_encoded(int16(), utf8()),
-                                   dictionary(uint8(), large_utf8())};
-  for (const TypePtr& type : types) {
+  for (const TypePtr& type : ::ferry::testing::EveryType()) {
     ArrowSchema c_schema;
     ASSERT_OK(ExportType(*type, &c_schema));
     auto imported = ImportType(&c_schema);
@@ -1361,12 +1329,13 @@ TEST_P(StructuralRejectionTest, RejectsWithTheValidatorsMessage) {
 INSTANTIATE_TEST_SUITE_P(
     BadStructure, StructuralRejectionTest,
     ::testing::Values(
-        StructuralRejection{
-            "NegativeFirstOffset", utf8(),
-            [] {
-              return Foreign(1, 0, {std::nullopt, Bytes<int32_t>({-1, 2}), Bytes<char>({'x', 'y'})});
-            },
-            "array: offsets must be non-negative: offsets[0]=-1"},
+        StructuralRejection{"NegativeFirstOffset", utf8(),
+                            [] {
+                              return Foreign(
+                                  1, 0,
+                                  {std::nullopt, Bytes<int32_t>({-1, 2}), Bytes<char>({'x', 'y'})});
+                            },
+                            "array: offsets must be non-negative: offsets[0]=-1"},
         StructuralRejection{
             "DecreasingOffsets", large_utf8(),
             [] {
@@ -1396,19 +1365,23 @@ INSTANTIATE_TEST_SUITE_P(
             "unknown), got 1"},
         StructuralRejection{
             "RunEndsAndValuesOfDifferentLengths", run_end_encoded(int32(), int32()),
-            [] { return Foreign(2, 0, {}, {ForeignInt32s({2}), ForeignInt32s({7, 8})}); },
+            [] {
+              return Foreign(2, 0, {}, {ForeignInt32s({2}), ForeignInt32s({7, 8})});
+            },
             "array: run_ends and values must have the same length: run_ends has 1, values has 2"},
         StructuralRejection{
             "RunEndTypeTooNarrow", run_end_encoded(int16(), int32()),
             [] {
-              return Foreign(40000, 0, {},
-                             {Foreign(1, 0, {std::nullopt, Bytes<int16_t>({32767})}),
-                              ForeignInt32s({7})});
+              return Foreign(
+                  40000, 0, {},
+                  {Foreign(1, 0, {std::nullopt, Bytes<int16_t>({32767})}), ForeignInt32s({7})});
             },
             "array: offset + length = 40000 does not fit the run-end type int16 (max 32767)"},
         StructuralRejection{
             "FixedSizeListChildTooShort", fixed_size_list(field("item", int32()), 2),
-            [] { return Foreign(2, 0, {std::nullopt}, {ForeignInt32s({1, 2, 3})}); },
+            [] {
+              return Foreign(2, 0, {std::nullopt}, {ForeignInt32s({1, 2, 3})});
+            },
             "array: child 0 ('item') is too short: (offset + length) * list_size needs length 4, "
             "child has 3"}),
     [](const ::testing::TestParamInfo<StructuralRejection>& info) {
@@ -1421,9 +1394,9 @@ TEST_F(ForeignImportTest, WellFormedArraysPassTheFoldedChecks) {
   ArrowArray strings =
       Foreign(2, 0, {std::nullopt, Bytes<int32_t>({0, 0, 2}), Bytes<char>({'x', 'y'})});
   ASSERT_OK(ImportArray(&strings, utf8()).status());
-  ArrowArray sized_struct = Foreign(2, 0, {std::nullopt},
-                                    {ForeignInt32s({1, 2}), ForeignUtf8({"x", "yy"})},
-                                    /*offset=*/0);
+  ArrowArray sized_struct =
+      Foreign(2, 0, {std::nullopt}, {ForeignInt32s({1, 2}), ForeignUtf8({"x", "yy"})},
+              /*offset=*/0);
   ASSERT_OK(ImportArray(&sized_struct, ForeignStructType()).status());
   ArrowArray run_ends = Foreign(
       32767, 0, {}, {Foreign(1, 0, {std::nullopt, Bytes<int16_t>({32767})}), ForeignInt32s({7})});

@@ -9,8 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "ferry/exchange/builder.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/builder.h"
+#include "testing/test_pool.h"
 #include "testing/test_util.h"
 
 namespace ferry {
@@ -22,39 +23,7 @@ bool IsAligned(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % kBufferAlignment == 0;
 }
 
-// Counts live bytes; refuses calls once `allowed_calls` is spent (-1: never).
-class CountingPool final : public MemoryPool {
- public:
-  explicit CountingPool(int64_t allowed_calls = -1) : allowed_calls_(allowed_calls) {}
-  Result<uint8_t*> Allocate(int64_t size) override {
-    FERRY_RETURN_NOT_OK(Spend());
-    FERRY_ASSIGN_OR_RAISE(uint8_t * data, default_memory_pool()->Allocate(size));
-    bytes_ += size;
-    return data;
-  }
-  Result<uint8_t*> Reallocate(uint8_t* data, int64_t old_size, int64_t new_size) override {
-    FERRY_RETURN_NOT_OK(Spend());
-    FERRY_ASSIGN_OR_RAISE(uint8_t * fresh,
-                          default_memory_pool()->Reallocate(data, old_size, new_size));
-    bytes_ += new_size - old_size;
-    return fresh;
-  }
-  void Free(uint8_t* data, int64_t size) override {
-    default_memory_pool()->Free(data, size);
-    bytes_ -= size;
-  }
-  int64_t bytes_allocated() const override { return bytes_; }
-  std::string_view name() const override { return "counting"; }
-
- private:
-  Status Spend() {
-    if (allowed_calls_ == 0) return Status::OutOfMemory("counting pool refused");
-    if (allowed_calls_ > 0) --allowed_calls_;
-    return Status::OK();
-  }
-  int64_t allowed_calls_;
-  int64_t bytes_ = 0;
-};
+using ::ferry::testing::TestPool;
 
 // ---- MemoryPool ------------------------------------------------------------------------
 
@@ -118,13 +87,13 @@ TEST(BufferTest, PaddedSizeRoundsUpToTheAlignment) {
 }
 
 TEST(BufferTest, AllocateUsesTheGivenPoolAndGivesItBack) {
-  CountingPool pool;
+  TestPool pool;
   {
     ASSERT_OK_AND_ASSIGN(BufferPtr buffer, Buffer::Allocate(100, &pool));
     EXPECT_EQ(pool.bytes_allocated(), 128);
   }
   EXPECT_EQ(pool.bytes_allocated(), 0);
-  CountingPool refusing(0);
+  TestPool refusing(0);
   auto refused = Buffer::Allocate(8, &refusing);
   EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory);
   EXPECT_EQ(refusing.bytes_allocated(), 0);
@@ -208,7 +177,7 @@ TEST(BitTest, CountSetBitsMatchesANaiveCount) {
 // ---- BufferBuilder ---------------------------------------------------------------------------
 
 TEST(BufferBuilderTest, AppendsGrowsAndFinishes) {
-  CountingPool pool;
+  TestPool pool;
   {
     BufferBuilder builder(&pool);
     EXPECT_EQ(builder.pool(), &pool);
@@ -241,7 +210,7 @@ TEST(BufferBuilderTest, AppendsGrowsAndFinishes) {
 }
 
 TEST(BufferBuilderTest, ResizeZeroesNewBytesAndShrinkToFit) {
-  CountingPool pool;
+  TestPool pool;
   BufferBuilder builder(&pool);
   ASSERT_OK(builder.Reserve(1000));
   EXPECT_GE(builder.capacity(), 1000);
@@ -265,7 +234,7 @@ TEST(BufferBuilderTest, EmptyFinishGivesRealMemory) {
 }
 
 TEST(BufferBuilderTest, ResetAndMoveReleaseMemory) {
-  CountingPool pool;
+  TestPool pool;
   BufferBuilder first(&pool);
   ASSERT_OK(first.Append("abc", 3));
   BufferBuilder second(std::move(first));
@@ -282,13 +251,13 @@ TEST(BufferBuilderTest, ResetAndMoveReleaseMemory) {
 }
 
 TEST(BufferBuilderTest, ErrorsLeaveTheBuilderUnchanged) {
-  CountingPool pool(1);
+  TestPool pool(1);
   BufferBuilder builder(&pool);
   ASSERT_OK(builder.Append("abc", 3));
   std::string big(100, 'b');
   Status refused = builder.Append(big.data(), 100);
   EXPECT_EQ(refused.code(), StatusCode::kOutOfMemory);
-  EXPECT_THAT(refused.message(), HasSubstr("counting pool refused"));
+  EXPECT_THAT(refused.message(), HasSubstr("test pool refused"));
   EXPECT_EQ(builder.length(), 3);
   EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(builder.data()), 3), "abc");
 

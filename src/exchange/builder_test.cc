@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "ferry/exchange/array.h"
+#include "testing/sample_arrays.h"
+#include "testing/test_pool.h"
 #include "testing/test_util.h"
 
 namespace ferry {
@@ -18,41 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A pool that refuses allocations once its budget of successful calls is
-// spent, and counts live bytes so tests can prove nothing leaks.
-class FailingPool final : public MemoryPool {
- public:
-  explicit FailingPool(int64_t allowed_calls) : allowed_calls_(allowed_calls) {}
-
-  Result<uint8_t*> Allocate(int64_t size) override {
-    if (allowed_calls_ == 0) return Status::OutOfMemory("test pool refused an allocation");
-    if (allowed_calls_ > 0) --allowed_calls_;
-    FERRY_ASSIGN_OR_RAISE(uint8_t * data, default_memory_pool()->Allocate(size));
-    bytes_ += size;
-    ++allocations_;
-    return data;
-  }
-  Result<uint8_t*> Reallocate(uint8_t* data, int64_t old_size, int64_t new_size) override {
-    if (allowed_calls_ == 0) return Status::OutOfMemory("test pool refused a reallocation");
-    if (allowed_calls_ > 0) --allowed_calls_;
-    FERRY_ASSIGN_OR_RAISE(uint8_t * fresh,
-                          default_memory_pool()->Reallocate(data, old_size, new_size));
-    bytes_ += new_size - old_size;
-    return fresh;
-  }
-  void Free(uint8_t* data, int64_t size) override {
-    default_memory_pool()->Free(data, size);
-    bytes_ -= size;
-  }
-  int64_t bytes_allocated() const override { return bytes_; }
-  std::string_view name() const override { return "failing"; }
-  int64_t allocations() const { return allocations_; }
-
- private:
-  int64_t allowed_calls_;  // -1: unlimited
-  int64_t bytes_ = 0;
-  int64_t allocations_ = 0;
-};
+using ::ferry::testing::TestPool;
 
 void ExpectAligned(const ArrayData& data, const std::string& path = "array") {
   for (size_t i = 0; i < data.buffers.size(); ++i) {
@@ -1065,54 +1033,7 @@ TEST(DictionaryBuilderTest, ViewAndFixedSizeValues) {
 // ---- MakeBuilder
 // ---------------------------------------------------------------------------------
 
-std::vector<TypePtr> EveryType() {
-  return {
-      null(),
-      boolean(),
-      int8(),
-      uint8(),
-      int16(),
-      uint16(),
-      int32(),
-      uint32(),
-      int64(),
-      uint64(),
-      float16(),
-      float32(),
-      float64(),
-      decimal(32, 9, 2),
-      decimal(64, 18, 2),
-      decimal(128, 38, 2),
-      decimal(256, 76, 2),
-      binary(),
-      large_binary(),
-      binary_view(),
-      utf8(),
-      large_utf8(),
-      utf8_view(),
-      fixed_size_binary(3),
-      date32(),
-      date64(),
-      time32(TimeUnit::kSecond),
-      time64(TimeUnit::kNano),
-      timestamp(TimeUnit::kMilli, "Europe/Paris"),
-      duration(TimeUnit::kMicro),
-      interval_months(),
-      interval_day_time(),
-      interval_month_day_nano(),
-      list(field("item", int32())),
-      large_list(field("item", utf8())),
-      list_view(field("item", int32())),
-      large_list_view(field("item", boolean())),
-      fixed_size_list(field("item", int16()), 3),
-      struct_({field("a", int32()), field("b", list(field("item", utf8())))}),
-      map(utf8(), float64()),
-      dense_union({field("a", int32()), field("b", utf8())}, {3, 9}),
-      sparse_union({field("a", int32()), field("b", utf8())}),
-      run_end_encoded(int32(), utf8()),
-      dictionary(int16(), utf8()),
-  };
-}
+using ::ferry::testing::EveryType;
 
 TEST(MakeBuilderTest, BuildsNullsAndEmptyValuesOfEveryType) {
   for (const TypePtr& type : EveryType()) {
@@ -1231,7 +1152,7 @@ TEST(BuilderPoolTest, AllocationFailuresBecomeStatuses) {
   int failures = 0;
   bool succeeded = false;
   for (int64_t allowed = 0; allowed < 400 && !succeeded; ++allowed) {
-    FailingPool pool(allowed);
+    TestPool pool(allowed);
     {
       ArrayDataPtr array;
       Status status = BuildNested(&pool, &array);
@@ -1253,7 +1174,7 @@ TEST(BuilderPoolTest, AllocationFailuresBecomeStatuses) {
 }
 
 TEST(BuilderPoolTest, FailedAppendLeavesALeafBuilderUnchanged) {
-  FailingPool pool(1);
+  TestPool pool(1);
   Int32Builder builder(&pool);
   ASSERT_OK(builder.Append(1));  // the one allowed allocation (64 bytes)
   for (int i = 0; i < 15; ++i) ASSERT_OK(builder.Append(i));
@@ -1267,7 +1188,7 @@ TEST(BuilderPoolTest, FailedAppendLeavesALeafBuilderUnchanged) {
 }
 
 TEST(BuilderPoolTest, BuffersComeFromTheGivenPoolAndGoBack) {
-  FailingPool pool(-1);
+  TestPool pool(-1);
   {
     Utf8Builder builder(&pool);
     ASSERT_OK(builder.Append("hello"));

@@ -5,6 +5,10 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "testing/sample_arrays.h"
 
 namespace ferry {
 namespace {
@@ -346,43 +350,18 @@ void ExpectInvalid(const TypePtr& type, const std::string& message_part) {
 
 TEST(ValidateTypeTest, AcceptsEveryWellFormedType) {
   const Field item = field("item", int32());
-  const std::vector<TypePtr> types = {null(),
-                                      boolean(),
-                                      int8(),
-                                      uint64(),
-                                      float16(),
-                                      utf8(),
-                                      large_binary(),
-                                      utf8_view(),
-                                      decimal(32, 9, 2),
-                                      decimal(64, 18, -4),
-                                      decimal(128, 38, 38),
-                                      decimal(256, 1, 0),
-                                      fixed_size_binary(0),
-                                      date32(),
-                                      date64(),
-                                      time32(TimeUnit::kSecond),
-                                      time32(TimeUnit::kMilli),
-                                      time64(TimeUnit::kMicro),
-                                      time64(TimeUnit::kNano),
-                                      timestamp(TimeUnit::kNano, "UTC"),
-                                      duration(TimeUnit::kSecond),
-                                      interval_months(),
-                                      list(item),
-                                      large_list(item),
-                                      list_view(item),
-                                      large_list_view(item),
-                                      fixed_size_list(item, 0),
-                                      struct_({}),
-                                      struct_({item, field("s", utf8())}),
-                                      map(utf8(), list(item)),
-                                      dense_union({}),
-                                      dense_union({item}, {127}),
-                                      sparse_union({item, field("b", utf8())}, {3, 0}),
-                                      run_end_encoded(int16(), utf8()),
-                                      run_end_encoded(int64(), struct_({item})),
-                                      dictionary(uint8(), utf8()),
-                                      dictionary(int64(), list(item))};
+  // The sample types, and edge cases of parameters and children.
+  std::vector<TypePtr> types = ::ferry::testing::EveryType();
+  for (TypePtr edge :
+       {decimal(64, 18, -4), decimal(128, 38, 38), decimal(256, 1, 0), fixed_size_binary(0),
+        timestamp(TimeUnit::kNano, "UTC"), duration(TimeUnit::kSecond), large_list(item),
+        list_view(item), large_list_view(item), fixed_size_list(item, 0),
+        struct_({item, field("s", utf8())}), map(utf8(), list(item)), dense_union({}),
+        dense_union({item}, {127}), sparse_union({item, field("b", utf8())}, {3, 0}),
+        run_end_encoded(int64(), struct_({item})), dictionary(uint8(), utf8()),
+        dictionary(int64(), list(item))}) {
+    types.push_back(std::move(edge));
+  }
   for (const TypePtr& type : types) {
     const Status status = ValidateType(*type);
     EXPECT_TRUE(status.ok()) << type->ToString() << ": " << status.ToString();
