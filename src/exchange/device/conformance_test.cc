@@ -9,16 +9,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "exchange/device/testing/kernels.h"
+#include "ferry/base/telemetry.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/device/fault.h"
 #include "ferry/exchange/builder.h"
-#include "ferry/base/telemetry.h"
 #include "testing/test_util.h"
 
 namespace ferry::device {
@@ -202,6 +203,43 @@ class DeviceConformanceTest : public ::testing::TestWithParam<DeviceCase> {
   // 8 bytes per variadic buffer.
   static int64_t FetchedBytes(const ArrayData& batch_struct) {
     return 4 + 4 + 8 + 4 + 8 * VariadicBufferCount(batch_struct);
+  }
+
+  // Whether import fetches offsets and sizes from device memory after a
+  // wait on the producer's event (else there is nothing to fault there).
+  bool fetches_from_device_memory() const { return has_events() && !host_readable(); }
+  static constexpr const char* kNeedsDeviceMemory =
+      "needs device memory with events (nothing is fetched from host memory)";
+
+  // What ImportThroughFault saw: the import's status and the bytes of
+  // offsets and sizes import fetches for the batch.
+  struct FaultedImport {
+    Status status;
+    int64_t fetched_bytes = 0;
+  };
+
+  // Installs a faulty wrapper of device_, copies VariableLengthBatch from the
+  // host onto it (the copy carries an event), exports that, creates a
+  // consumer queue on the wrapper, applies `fault` and imports on that queue.
+  // Expects the import to have released the array; clears the faults.
+  Result<FaultedImport> ImportThroughFault(const std::function<void(FaultyDevice&)>& fault) {
+    ScopedDeviceOverride scope(device_->type(), device_->id());
+    FERRY_ASSIGN_OR_RAISE(std::shared_ptr<FaultyDevice> faulty, scope.InstallFaulty());
+    FERRY_ASSIGN_OR_RAISE(
+        DeviceArray on_device,
+        CopyArrayTo(DeviceArray{VariableLengthBatch()->ToStructArray(), cpu(), nullptr},
+                    faulty.get()));
+    if (on_device.event == nullptr) return Status::Invalid("the copy to the device has no event");
+    ArrowDeviceArray exported{};
+    FERRY_RETURN_NOT_OK(ExportDeviceArray(on_device, &exported));
+    QueuePtr consumer_queue = NewQueue(faulty.get());
+    fault(*faulty);
+    ImportOptions options;
+    options.queue = consumer_queue.get();
+    auto imported = ImportDeviceArray(&exported, on_device.data->type, options);
+    EXPECT_EQ(exported.array.release, nullptr);
+    faulty->ClearFaults();
+    return FaultedImport{imported.status(), FetchedBytes(*on_device.data)};
   }
 
   Result<DeviceArray> ToDevice(const RecordBatchPtr& batch) {
@@ -477,29 +515,13 @@ TEST_P(DeviceConformanceTest, AnEventThatNeverCompletesTimesOutAndReleasesTheArr
 }
 
 TEST_P(DeviceConformanceTest, AStuckDeviceSideWaitFailsTheFetchCleanly) {
-  if (!has_events() || host_readable()) {
-    GTEST_SKIP() << "needs device memory with events (nothing is fetched from host memory)";
-  }
-  ScopedDeviceOverride scope(device_->type(), device_->id());
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<FaultyDevice> faulty, scope.InstallFaulty());
-  ASSERT_OK_AND_ASSIGN(
-      DeviceArray on_device,
-      CopyArrayTo(DeviceArray{VariableLengthBatch()->ToStructArray(), cpu(), nullptr},
-                  faulty.get()));
-  ASSERT_NE(on_device.event, nullptr);
-  ArrowDeviceArray exported{};
-  ASSERT_OK(ExportDeviceArray(on_device, &exported));
-  faulty->SetEventsNeverComplete(true);
-  QueuePtr consumer_queue = NewQueue(faulty.get());
-  ImportOptions options;
-  options.queue = consumer_queue.get();
-  auto imported = ImportDeviceArray(&exported, on_device.data->type, options);
-  EXPECT_EQ(imported.status().code(), StatusCode::kTimedOut);
-  EXPECT_THAT(imported.status().message(),
-              HasSubstr("reading " + std::to_string(FetchedBytes(*on_device.data)) +
-                        " bytes of offsets and sizes"));
-  EXPECT_EQ(exported.array.release, nullptr);
-  faulty->ClearFaults();
+  if (!fetches_from_device_memory()) GTEST_SKIP() << kNeedsDeviceMemory;
+  ASSERT_OK_AND_ASSIGN(FaultedImport stuck, ImportThroughFault([](FaultyDevice& faulty) {
+                         faulty.SetEventsNeverComplete(true);
+                       }));
+  EXPECT_EQ(stuck.status.code(), StatusCode::kTimedOut);
+  EXPECT_THAT(stuck.status.message(), HasSubstr("reading " + std::to_string(stuck.fetched_bytes) +
+                                                " bytes of offsets and sizes"));
 }
 
 TEST_P(DeviceConformanceTest, AProducerStillRunningTimesOutAHostWait) {
@@ -547,26 +569,12 @@ TEST_P(DeviceConformanceTest, ADeviceLostAfterExportFailsTheImportCleanly) {
 }
 
 TEST_P(DeviceConformanceTest, ADeviceLostWhileImportReadsFailsCleanly) {
-  if (!has_events() || host_readable()) {
-    GTEST_SKIP() << "needs device memory with events (nothing is fetched from host memory)";
-  }
-  ScopedDeviceOverride scope(device_->type(), device_->id());
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<FaultyDevice> faulty, scope.InstallFaulty());
-  ASSERT_OK_AND_ASSIGN(
-      DeviceArray on_device,
-      CopyArrayTo(DeviceArray{VariableLengthBatch()->ToStructArray(), cpu(), nullptr},
-                  faulty.get()));
-  ArrowDeviceArray exported{};
-  ASSERT_OK(ExportDeviceArray(on_device, &exported));
-  QueuePtr consumer_queue = NewQueue(faulty.get());
-  faulty->LoseAfter(1);  // the device-side wait goes through; the reads find the device lost
-  ImportOptions options;
-  options.queue = consumer_queue.get();
-  auto imported = ImportDeviceArray(&exported, on_device.data->type, options);
-  EXPECT_EQ(imported.status().code(), StatusCode::kIOError);
-  EXPECT_THAT(imported.status().message(), HasSubstr("device lost"));
-  EXPECT_EQ(exported.array.release, nullptr);
-  faulty->ClearFaults();
+  if (!fetches_from_device_memory()) GTEST_SKIP() << kNeedsDeviceMemory;
+  // The device-side wait goes through; the reads find the device lost.
+  ASSERT_OK_AND_ASSIGN(FaultedImport lost,
+                       ImportThroughFault([](FaultyDevice& faulty) { faulty.LoseAfter(1); }));
+  EXPECT_EQ(lost.status.code(), StatusCode::kIOError);
+  EXPECT_THAT(lost.status.message(), HasSubstr("device lost"));
 }
 
 TEST_P(DeviceConformanceTest, AnAbsentDeviceIsNamedAndTheArrayReleased) {
