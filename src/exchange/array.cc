@@ -138,7 +138,7 @@ struct UnionCodeMap {
     }
   }
   int operator()(int8_t code) const { return code < 0 ? -1 : child_index[code]; }
-  int child_index[128];
+  int child_index[128] = {};
 };
 
 // Index of the run containing logical position `position` (absolute): the
@@ -880,7 +880,7 @@ RecordBatchPtr RecordBatchAccess::MakeTrusted(SchemaPtr schema, int64_t num_rows
 
 }  // namespace internal
 
-Result<std::shared_ptr<RecordBatch>> RecordBatch::FromStructArray(ArrayDataPtr struct_array,
+Result<std::shared_ptr<RecordBatch>> RecordBatch::FromStructArray(const ArrayDataPtr& struct_array,
                                                                   Metadata schema_metadata) {
   if (struct_array == nullptr || struct_array->type == nullptr) {
     return Status::Invalid("FromStructArray needs an array");

@@ -16,8 +16,8 @@
 #include "exchange/array_internal.h"
 #include "exchange/bridge_internal.h"
 #include "exchange/validate_internal.h"
-#include "ferry/exchange/validate.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/validate.h"
 
 namespace ferry {
 namespace internal {
@@ -268,6 +268,8 @@ Status ExportSchemaMember(std::string_view format, std::string_view name, const 
                                   " bytes, not the " + std::to_string(metadata_size) +
                                   " planned (a bug in Ferry's bridge)");
     }
+    // Arrow's C metadata encoding is length-prefixed binary, not a C string.
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): no terminator belongs here
     std::memcpy(metadata_bytes, encoded.data(), encoded.size());
   }
 
@@ -832,7 +834,7 @@ Status ImportFieldNode(const ArrowSchema* schema, const ColumnPath& path, int de
       const std::string_view child_name =
           child != nullptr && child->name != nullptr ? child->name : "";
       const ColumnPath child_path = columns ? ColumnPath::QuotedRoot("col", child_name)
-                                          : path.Child(node.id, index, child_name);
+                                            : path.Child(node.id, index, child_name);
       FERRY_RETURN_NOT_OK(ImportFieldNode(child, child_path, depth + 1,
                                           /*top_level_columns=*/false, import,
                                           &node.children.emplace_back()));

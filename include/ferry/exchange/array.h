@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/buffer.h"
 #include "ferry/base/status.h"
+#include "ferry/exchange/buffer.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {
@@ -71,7 +71,7 @@ class RecordBatch {
   static Result<std::shared_ptr<RecordBatch>> Make(SchemaPtr schema, int64_t num_rows,
                                                    std::vector<ArrayDataPtr> columns);
   // `struct_array` must be of struct type; its fields become the schema.
-  static Result<std::shared_ptr<RecordBatch>> FromStructArray(ArrayDataPtr struct_array,
+  static Result<std::shared_ptr<RecordBatch>> FromStructArray(const ArrayDataPtr& struct_array,
                                                               Metadata schema_metadata = {});
 
   const SchemaPtr& schema() const { return schema_; }
