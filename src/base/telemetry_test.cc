@@ -41,6 +41,14 @@ TEST(Telemetry, PrometheusTextHasTypedCounters) {
   std::string text = ToPrometheus();
   EXPECT_NE(text.find("# TYPE ferry_zero_copy_exports_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("ferry_fallbacks_total{reason=\"crosses_process\"} "), std::string::npos);
+  // Every family says what it counts.
+  for (int i = 0; i < static_cast<int>(Counter::kCount); ++i) {
+    const std::string help =
+        std::string("# HELP ferry_") + CounterName(static_cast<Counter>(i)) + "_total ";
+    const size_t at = text.find(help);
+    ASSERT_NE(at, std::string::npos) << help;
+    EXPECT_NE(text[at + help.size()], '\n') << help;
+  }
 }
 
 TEST(Telemetry, OutOfRangeCountersAreIgnored) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "ferry/base/json_string.h"
 #include "ferry/flow/node.h"
 
 namespace ferry::flow {
@@ -38,37 +39,10 @@ bool ParseWhole(const std::string& text, T* out) {
 
 // ---- Writing ------------------------------------------------------------------
 
+// Strings are written as they are even when they are not valid UTF-8: the
+// reader below takes bytes back unchanged, so such text still round-trips.
 void WriteString(std::string_view text, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (byte < 0x20) {
-          const char escaped[] = {'\\', 'u', '0', '0', kHex[byte >> 4], kHex[byte & 0xF]};
-          out->append(escaped, sizeof(escaped));
-        } else {
-          out->push_back(c);  // UTF-8 as it is
-        }
-    }
-  }
-  out->push_back('"');
+  static_cast<void>(json_text::AppendQuoted(text, out));
 }
 
 void WriteValue(const MetadataValue& value, std::string* out) {

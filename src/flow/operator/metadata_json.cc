@@ -4,92 +4,10 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "ferry/base/json_string.h"
+
 namespace ferry::flow::internal {
 namespace {
-
-// Length of the well-formed UTF-8 sequence at p (first byte >= 0x80), or 0.
-// The same rules as nlohmann's decoder (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF).
-size_t Utf8Length(const unsigned char* p, const unsigned char* end) {
-  const unsigned char c = p[0];
-  size_t length;
-  unsigned char low = 0x80, high = 0xBF;  // bounds of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    length = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    length = 3;
-    if (c == 0xE0) low = 0xA0;
-    if (c == 0xED) high = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    length = 4;
-    if (c == 0xF0) low = 0x90;
-    if (c == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (static_cast<size_t>(end - p) < length) return 0;
-  if (p[1] < low || p[1] > high) return 0;
-  for (size_t i = 2; i < length; ++i) {
-    if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-  }
-  return length;
-}
-
-// Appends `text` as a JSON string, escaped as nlohmann's dump escapes it
-// (UTF-8 kept, control characters escaped). False for text that is not
-// valid UTF-8 (nlohmann replaces what is invalid: the caller asks it).
-bool AppendJsonString(std::string_view text, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const auto* end = p + text.size();
-  out->push_back('"');
-  const auto* run = p;  // start of bytes copied as they are
-  while (p < end) {
-    const unsigned char c = *p;
-    if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
-      ++p;
-      continue;
-    }
-    if (c >= 0x80) {
-      const size_t length = Utf8Length(p, end);
-      if (length == 0) return false;
-      p += length;
-      continue;
-    }
-    out->append(reinterpret_cast<const char*>(run), static_cast<size_t>(p - run));
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      default: {
-        const char escaped[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
-        out->append(escaped, sizeof(escaped));
-      }
-    }
-    run = ++p;
-  }
-  out->append(reinterpret_cast<const char*>(run), static_cast<size_t>(p - run));
-  out->push_back('"');
-  return true;
-}
 
 void MetadataToJsonSlow(const Metadata& metadata, std::string* out) {
   // Built by hand: nlohmann's object sorts keys and drops repeated ones.
@@ -137,7 +55,7 @@ bool ScanPlainObject(const char* json, size_t size, bool whitespace, Visit&& vis
     while (p < end && *p != '"') {
       if (*p < 0x20 || *p == '\\') return false;
       if (*p >= 0x80) {
-        const size_t length = Utf8Length(p, end);
+        const size_t length = json_text::Utf8SequenceLength(p, end);
         if (length == 0) return false;
         p += length;
       } else {
@@ -191,9 +109,9 @@ void MetadataToJson(const Metadata& metadata, std::string* out) {
   out->assign("{");
   for (const auto& [key, value] : metadata) {
     if (out->size() > 1) *out += ',';
-    if (!AppendJsonString(key, out)) return MetadataToJsonSlow(metadata, out);
+    if (!json_text::AppendQuoted(key, out)) return MetadataToJsonSlow(metadata, out);
     *out += ':';
-    if (!AppendJsonString(value, out)) return MetadataToJsonSlow(metadata, out);
+    if (!json_text::AppendQuoted(value, out)) return MetadataToJsonSlow(metadata, out);
   }
   *out += '}';
 }
