@@ -54,9 +54,7 @@ std::string Row::Text(size_t i) const {
   return std::visit(
       [](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, int64_t>) {
-          return std::to_string(v);
-        } else if constexpr (std::is_same_v<T, double>) {
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
           return std::to_string(v);
         } else if constexpr (std::is_same_v<T, std::string>) {
           return v;

@@ -1,6 +1,6 @@
-// The SQL store's core (sql_store_internal.h): migrations, OpenStore, and the
+// The SQL store's core (sql_store.h): migrations, OpenStore, and the
 // row helpers of jobs, placements, events and nodes.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 

@@ -1,6 +1,6 @@
 // Idempotency keys: a retried submission replays the first answer; old keys
 // are purged.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 

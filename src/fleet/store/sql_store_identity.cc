@@ -1,5 +1,5 @@
 // Identity: tenants, teams, users and their API tokens (stored hashed).
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 
@@ -100,14 +100,11 @@ Principal SqlStore::PrincipalFromRow(const Row& row) {
   return p;
 }
 
-Result<std::optional<Principal>> SqlStore::LookupToken(const std::string& token_sha256) {
+Result<std::optional<Principal>> SqlStore::QueryPrincipal(const std::string& tail,
+                                                          const Params& params) {
   std::optional<Principal> out;
   FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
-    FERRY_ASSIGN_OR_RAISE(Rows rows,
-                          c.Query(std::string(kPrincipalSelect) +
-                                      " JOIN api_tokens k ON k.user_id = u.id"
-                                      " WHERE k.token_sha256 = ? AND k.revoked_at_ms IS NULL",
-                                  {token_sha256}));
+    FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query(std::string(kPrincipalSelect) + tail, params));
     out.reset();
     if (!rows.empty()) out = PrincipalFromRow(rows[0]);
     return Status::OK();
@@ -115,18 +112,16 @@ Result<std::optional<Principal>> SqlStore::LookupToken(const std::string& token_
   return out;
 }
 
+Result<std::optional<Principal>> SqlStore::LookupToken(const std::string& token_sha256) {
+  return QueryPrincipal(
+      " JOIN api_tokens k ON k.user_id = u.id"
+      " WHERE k.token_sha256 = ? AND k.revoked_at_ms IS NULL",
+      {token_sha256});
+}
+
 Result<std::optional<Principal>> SqlStore::FindUser(const std::string& tenant,
                                                     const std::string& user) {
-  std::optional<Principal> out;
-  FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
-    FERRY_ASSIGN_OR_RAISE(
-        Rows rows, c.Query(std::string(kPrincipalSelect) + " WHERE tn.name = ? AND u.name = ?",
-                           {tenant, user}));
-    out.reset();
-    if (!rows.empty()) out = PrincipalFromRow(rows[0]);
-    return Status::OK();
-  }));
-  return out;
+  return QueryPrincipal(" WHERE tn.name = ? AND u.name = ?", {tenant, user});
 }
 
 Result<int64_t> SqlStore::CountUsers() {

@@ -1,6 +1,6 @@
 // Jobs: submission, reads and listings, cancellation, events, runtime
 // limits, and requeueing an attempt.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 

@@ -1,5 +1,5 @@
 // Job output: chunks appended by agents, read by users.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 

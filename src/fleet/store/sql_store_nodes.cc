@@ -1,6 +1,6 @@
 // Nodes and agents: registration, syncs and task reports, leases, lost
 // nodes, drain and removal, and the assignments agents launch.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 
@@ -101,6 +101,7 @@ Result<std::vector<Pool>> SqlStore::ListPools() {
     }
   }
   std::vector<Pool> out;
+  out.reserve(pools.size());
   for (auto& [name, pool] : pools) out.push_back(std::move(pool));
   return out;
 }

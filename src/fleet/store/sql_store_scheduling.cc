@@ -1,6 +1,6 @@
 // Scheduling: the snapshot a cycle reads, committing placements and reasons,
 // and preemption.
-#include "fleet/store/sql_store_internal.h"
+#include "fleet/store/sql_store.h"
 
 namespace ferry::fleet::store_internal {
 

@@ -146,6 +146,9 @@ class SqlStore final : public Store {
       " JOIN teams tm ON tm.id = u.team_id JOIN tenants tn ON tn.id = u.tenant_id";
 
   static Principal PrincipalFromRow(const Row& row);
+  // The one user kPrincipalSelect + `tail` finds, if any.
+  Result<std::optional<Principal>> QueryPrincipal(const std::string& tail,
+                                                  const Params& params);
 
   Result<std::optional<Principal>> LookupToken(const std::string& token_sha256) override;
 
