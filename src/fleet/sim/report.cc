@@ -1,6 +1,5 @@
 // Metrics, CSV, markdown and SVG reports of simulation runs (report.h).
 #include "fleet/sim/report.h"
-#include "fleet/sim/trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
+#include <string>
+
+#include "fleet/sim/trace.h"
 
 namespace ferry::fleet::sim {
 namespace {
@@ -28,7 +31,6 @@ std::string Fixed(double value, int decimals) {
   std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
   return buffer;
 }
-
 
 std::string XmlEscape(std::string_view text) {
   std::string out;
@@ -86,6 +88,18 @@ std::string Money(double value) {
 }
 
 std::string Percent(double fraction) { return Fixed(100 * fraction, 1) + "%"; }
+
+// Appends one CSV line: the fields (already quoted where they need it)
+// joined by commas.
+void AppendCsvRow(std::initializer_list<std::string> fields, std::string* out) {
+  bool first = true;
+  for (const std::string& field : fields) {
+    if (!first) out->push_back(',');
+    first = false;
+    out->append(field);
+  }
+  out->push_back('\n');
+}
 
 }  // namespace
 
@@ -238,43 +252,39 @@ std::string FormatRunsCsv(const std::vector<RunMetrics>& runs) {
       "interruptions,"
       "interrupted_jobs,placements,conflicts,cycles,core_ms_avg,core_ms_max,wall_s\n";
   for (const RunMetrics& m : runs) {
-    const std::string fields[] = {CsvQuote(m.label),
-                                  std::to_string(m.jobs),
-                                  std::to_string(m.completed),
-                                  std::to_string(m.failed),
-                                  std::to_string(m.timed_out),
-                                  std::to_string(m.rejected),
-                                  std::to_string(m.unfinished),
-                                  Num(m.avg_jct_s),
-                                  Num(m.p99_jct_s),
-                                  Num(m.avg_queue_s),
-                                  Num(m.p99_queue_s),
-                                  Num(m.avg_slowdown),
-                                  Num(m.makespan_s),
-                                  Num(m.util_onprem),
-                                  Num(m.util_cloud),
-                                  Num(m.util_total),
-                                  Num(m.cost_onprem),
-                                  Num(m.cost_cloud),
-                                  Num(m.cost_total),
-                                  Num(m.cloud_gpu_hours),
-                                  Num(m.jain),
-                                  Num(m.jain_slowdown),
-                                  std::to_string(m.tenants),
-                                  std::to_string(m.preemptions),
-                                  std::to_string(m.spot_interruptions),
-                                  std::to_string(m.interrupted_jobs),
-                                  std::to_string(m.placements),
-                                  std::to_string(m.conflicts),
-                                  std::to_string(m.cycles),
-                                  Num(m.core_ms_avg),
-                                  Num(m.core_ms_max),
-                                  Num(m.wall_s)};
-    for (size_t i = 0; i < std::size(fields); ++i) {
-      if (i) out.push_back(',');
-      out += fields[i];
-    }
-    out.push_back('\n');
+    const std::initializer_list<std::string> fields = {CsvQuote(m.label),
+                                                       std::to_string(m.jobs),
+                                                       std::to_string(m.completed),
+                                                       std::to_string(m.failed),
+                                                       std::to_string(m.timed_out),
+                                                       std::to_string(m.rejected),
+                                                       std::to_string(m.unfinished),
+                                                       Num(m.avg_jct_s),
+                                                       Num(m.p99_jct_s),
+                                                       Num(m.avg_queue_s),
+                                                       Num(m.p99_queue_s),
+                                                       Num(m.avg_slowdown),
+                                                       Num(m.makespan_s),
+                                                       Num(m.util_onprem),
+                                                       Num(m.util_cloud),
+                                                       Num(m.util_total),
+                                                       Num(m.cost_onprem),
+                                                       Num(m.cost_cloud),
+                                                       Num(m.cost_total),
+                                                       Num(m.cloud_gpu_hours),
+                                                       Num(m.jain),
+                                                       Num(m.jain_slowdown),
+                                                       std::to_string(m.tenants),
+                                                       std::to_string(m.preemptions),
+                                                       std::to_string(m.spot_interruptions),
+                                                       std::to_string(m.interrupted_jobs),
+                                                       std::to_string(m.placements),
+                                                       std::to_string(m.conflicts),
+                                                       std::to_string(m.cycles),
+                                                       Num(m.core_ms_avg),
+                                                       Num(m.core_ms_max),
+                                                       Num(m.wall_s)};
+    AppendCsvRow(fields, &out);
   }
   return out;
 }
@@ -288,7 +298,7 @@ std::string FormatJobsCsv(const SimResult& result) {
     const TraceJob& j = *o.job;
     const bool started = o.first_start_s >= 0;
     const bool ended = o.end_s >= 0;
-    const std::string fields[] = {
+    const std::initializer_list<std::string> fields = {
         CsvQuote(j.id),
         CsvQuote(j.tenant),
         CsvQuote(j.team),
@@ -312,11 +322,7 @@ std::string FormatJobsCsv(const SimResult& result) {
         CsvQuote(o.pool),
         o.cloud ? "true" : "false",
         CsvQuote(o.pending_reason)};
-    for (size_t i = 0; i < std::size(fields); ++i) {
-      if (i) out.push_back(',');
-      out += fields[i];
-    }
-    out.push_back('\n');
+    AppendCsvRow(fields, &out);
   }
   return out;
 }
@@ -326,9 +332,10 @@ std::string FormatTenantsCsv(const RunMetrics& metrics) {
       "tenant,completed,avg_jct_s,avg_slowdown,gpu_seconds,weight,held_gpu_s,entitled_gpu_s,"
       "share_ratio\n";
   for (const TenantMetrics& t : metrics.per_tenant) {
-    out += CsvQuote(t.tenant) + "," + std::to_string(t.jobs) + "," + Num(t.avg_jct_s) + "," +
-           Num(t.avg_slowdown) + "," + Num(t.gpu_seconds) + "," + Num(t.weight) + "," +
-           Num(t.held_gpu_s) + "," + Num(t.entitled_gpu_s) + "," + Num(t.share_ratio) + "\n";
+    AppendCsvRow({CsvQuote(t.tenant), std::to_string(t.jobs), Num(t.avg_jct_s), Num(t.avg_slowdown),
+                  Num(t.gpu_seconds), Num(t.weight), Num(t.held_gpu_s), Num(t.entitled_gpu_s),
+                  Num(t.share_ratio)},
+                 &out);
   }
   return out;
 }
@@ -336,9 +343,10 @@ std::string FormatTenantsCsv(const RunMetrics& metrics) {
 std::string FormatTimelineCsv(const SimResult& result) {
   std::string out = "t_s,onprem_gpus,onprem_busy,cloud_gpus,cloud_busy,pending,running\n";
   for (const TimePoint& p : result.timeline) {
-    out += Num(p.t) + "," + std::to_string(p.onprem_gpus) + "," + std::to_string(p.onprem_busy) +
-           "," + std::to_string(p.cloud_gpus) + "," + std::to_string(p.cloud_busy) + "," +
-           std::to_string(p.pending) + "," + std::to_string(p.running) + "\n";
+    AppendCsvRow({Num(p.t), std::to_string(p.onprem_gpus), std::to_string(p.onprem_busy),
+                  std::to_string(p.cloud_gpus), std::to_string(p.cloud_busy),
+                  std::to_string(p.pending), std::to_string(p.running)},
+                 &out);
   }
   return out;
 }

@@ -188,6 +188,22 @@ class Proc:
             return ""
 
 
+def wait_for_port_file(proc, port_file, timeout):
+    """The port a `ferry server --port 0 --port-file F` wrote; fails with its log if it exits."""
+
+    def port():
+        if not proc.running():
+            raise AssertionError(f"ferry server exited ({proc.popen.returncode}):\n"
+                                 + proc.log()[-3000:])
+        try:
+            text = port_file.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    return wait_for(port, timeout, "the server's port file")
+
+
 class Server:
     """`ferry server` on `store_url`, on a free port."""
 
@@ -211,17 +227,7 @@ class Server:
                           "--port-file", self.port_file, "--data-dir", self.data_dir,
                           *self.extra_args], self.work_dir / f"{self.name}.log").start()
 
-        def port():
-            if not self.proc.running():
-                raise AssertionError(f"ferry server exited ({self.proc.popen.returncode}):\n"
-                                     + self.proc.log()[-3000:])
-            try:
-                text = self.port_file.read_text().strip()
-            except OSError:
-                return None
-            return int(text) if text.isdigit() else None
-
-        self.port = wait_for(port, timeout, "the server's port file")
+        self.port = wait_for_port_file(self.proc, self.port_file, timeout)
 
         def ready():
             try:

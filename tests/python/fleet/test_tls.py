@@ -116,17 +116,7 @@ class TlsServer:
     def start(self, timeout=30):
         self.proc = harness.Proc(self.args, self.work_dir / f"{self.name}.log").start()
 
-        def port():
-            if not self.proc.running():
-                raise AssertionError(f"ferry server exited ({self.proc.popen.returncode}):\n"
-                                     + self.proc.log()[-3000:])
-            try:
-                text = self.port_file.read_text().strip()
-            except OSError:
-                return None
-            return int(text) if text.isdigit() else None
-
-        self.port = harness.wait_for(port, timeout, "the server's port file")
+        self.port = harness.wait_for_port_file(self.proc, self.port_file, timeout)
         self.admin_token = (self.data_dir / "admin.token").read_text().strip()
         self.agent_token_file = self.data_dir / "agent.token"
         return self
