@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "exchange/device/testing/kernels.h"
+#include "ferry/base/telemetry.h"
 #include "ferry/c/abi.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
@@ -57,7 +58,6 @@
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/type.h"
-#include "ferry/base/telemetry.h"
 
 namespace ferry::device::bench {
 namespace {

@@ -104,7 +104,8 @@ class BenchOperator : public ferry::flow::Operator {
     FILE* file = std::fopen(out_.c_str(), "w");
     if (file == nullptr) return ferry::Status::IOError("bench operator: cannot write " + out_);
     std::fprintf(file, "bad_sizes %lld\n", static_cast<long long>(bad_sizes_));
-    for (int64_t latency : latencies_) std::fprintf(file, "%lld\n", static_cast<long long>(latency));
+    for (int64_t latency : latencies_)
+      std::fprintf(file, "%lld\n", static_cast<long long>(latency));
     const bool ok = std::fclose(file) == 0;
     return ok ? ferry::Status::OK() : ferry::Status::IOError("bench operator: writing " + out_);
   }

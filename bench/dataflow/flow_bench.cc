@@ -52,9 +52,9 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 #include "ferry/flow/node.h"
 #include "flow/operator/operator_host.h"
@@ -214,9 +214,8 @@ void RunReceiver(Node* node) {
     const int64_t seq = ReadNumber(event->metadata, "seq");
     const int64_t sent = ReadNumber(event->metadata, "t");
     ArrayDataPtr array = ArrayOfMessage(*event->value, event->metadata);
-    const int64_t damaged =
-        array == nullptr || !array->type->Equals(*uint8()) ||
-        (array->length >= 8 && FirstBytes(*array) != seq);
+    const int64_t damaged = array == nullptr || !array->type->Equals(*uint8()) ||
+                            (array->length >= 8 && FirstBytes(*array) != seq);
     // The message goes back to the sender's pool before the answer.
     array.reset();
     event.reset();
@@ -353,16 +352,16 @@ int RunOperators(const Options& options) {
       Check(host.Add(sink), "add the sink operator");
       Check(host.Run(&node), "run the operators");
       if (!host.errors().empty()) {
-        Fail("operators", Status::Invalid(host.errors()[0].operator_id + ": " +
-                                          host.errors()[0].message));
+        Fail("operators",
+             Status::Invalid(host.errors()[0].operator_id + ": " + host.errors()[0].message));
       }
     }
     std::vector<int64_t> values = ReadLatencies(out, &record.bad);
     std::remove(out.c_str());
     if (record.bad != 0 || static_cast<int>(values.size()) != kWarmup + iterations) {
-      Fail("operators", Status::Invalid("the sink got " + std::to_string(values.size()) +
-                                        " batches, " + std::to_string(record.bad) +
-                                        " of the wrong size"));
+      Fail("operators",
+           Status::Invalid("the sink got " + std::to_string(values.size()) + " batches, " +
+                           std::to_string(record.bad) + " of the wrong size"));
     }
     record.latencies_ns.assign(values.begin() + kWarmup, values.end());
     PrintLine(record);

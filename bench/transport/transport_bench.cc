@@ -52,9 +52,9 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/builder.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 #include "ferry/flow/transport.h"
 

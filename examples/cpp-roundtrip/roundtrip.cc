@@ -2,16 +2,16 @@
 // back, then shows that the values never moved and nothing was copied.
 #include <cstdio>
 
+#include "ferry/base/telemetry.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/sample.h"
-#include "ferry/base/telemetry.h"
 
 ferry::Status RoundTrip() {
   FERRY_ASSIGN_OR_RAISE(auto batch, ferry::MakeSampleBatch(5));  // id, name, score, tags
   ArrowArray c_array;
   ArrowSchema c_schema;
   FERRY_RETURN_NOT_OK(ferry::ExportRecordBatch(*batch, &c_array, &c_schema));  // hand to anyone
-  auto back = ferry::ImportRecordBatch(&c_array, &c_schema);  // or take theirs
+  auto back = ferry::ImportRecordBatch(&c_array, &c_schema);                   // or take theirs
   c_schema.release(&c_schema);  // import owns the array from here on; the schema stays ours
   FERRY_RETURN_NOT_OK(back.status());
   std::printf("%s\n", (*back)->ToString().c_str());

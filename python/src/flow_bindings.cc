@@ -147,10 +147,9 @@ void BindFlow(py::module_& m) {
                                /*readonly=*/false);
       })
       .def("__len__", [](const PyLoan& loan) { return loan.length; })
-      .def_property_readonly("address",
-                             [](const PyLoan& loan) {
-                               return reinterpret_cast<uintptr_t>(loan.buffer->data());
-                             })
+      .def_property_readonly(
+          "address",
+          [](const PyLoan& loan) { return reinterpret_cast<uintptr_t>(loan.buffer->data()); })
       .def_property_readonly("type", [](const PyLoan& loan) { return loan.type->ToString(); });
 
   py::class_<PyMessage>(flow, "Message", "A received batch (in shared memory) and its metadata.")
@@ -183,75 +182,80 @@ void BindFlow(py::module_& m) {
            py::arg("segment_size") = int64_t{64} << 20, py::arg("max_memory") = int64_t{4} << 30,
            py::arg("send_timeout") = 10.0, py::arg("busy_poll") = false, py::arg("spin_us") = 0.0)
       .def_property_readonly("name", [](PyPublisher& p) { return p.get().name(); })
-      .def("loan",
-           [](PyPublisher& p, int64_t length, const std::string& type) {
-             if (length < 0) throw py::value_error("loan length must be >= 0");
-             TypePtr loan_type = LoanType(type);
-             auto buffer = Unwrap(Buffer::Allocate(length * loan_type->fixed_width(),
-                                                   p.get().LoanPool()));
-             return PyLoan{buffer, loan_type, length};
-           },
-           py::arg("length"), py::arg("type") = "uint8",
-           "Lends `length` values of `type` in shared memory (write them, then send_loans).")
-      .def("send_loans",
-           [](PyPublisher& p, const py::dict& columns, const py::object& metadata) {
-             auto schema = std::make_shared<Schema>();
-             std::vector<ArrayDataPtr> arrays;
-             int64_t rows = -1;
-             for (const auto& item : columns) {
-               auto& loan = item.second.cast<PyLoan&>();
-               if (rows >= 0 && loan.length != rows) {
-                 throw py::value_error("every loaned column must have the same length");
-               }
-               rows = loan.length;
-               schema->fields.push_back(field(py::str(item.first), loan.type, false));
-               auto column = std::make_shared<ArrayData>();
-               column->type = loan.type;
-               column->length = loan.length;
-               column->buffers = {nullptr, loan.buffer};
-               arrays.push_back(column);
-             }
-             if (rows < 0) throw py::value_error("send_loans needs at least one column");
-             auto batch = Unwrap(RecordBatch::Make(schema, rows, std::move(arrays)));
-             Metadata meta = MetadataFrom(metadata);
-             Status status;
-             {
-               py::gil_scoped_release unlocked;
-               status = p.get().Send(*batch, meta);
-             }
-             Check(status);
-           },
-           py::arg("columns"), py::arg("metadata") = py::none(),
-           "Sends loaned columns as one record batch: nothing is copied.")
-      .def("send",
-           [](PyPublisher& p, const py::object& data, const py::object& metadata) {
-             RecordBatchPtr batch = HostBatchFrom(data);
-             Metadata meta = MetadataFrom(metadata);
-             Status status;
-             {
-               py::gil_scoped_release unlocked;
-               status = p.get().SendCopy(*batch, meta);
-             }
-             Check(status);
-           },
-           py::arg("data"), py::arg("metadata") = py::none(),
-           "Sends any record batch (pyarrow, polars, ferry, ...): buffers already in this "
-           "channel's shared memory travel as they are, others are copied (counted).")
+      .def(
+          "loan",
+          [](PyPublisher& p, int64_t length, const std::string& type) {
+            if (length < 0) throw py::value_error("loan length must be >= 0");
+            TypePtr loan_type = LoanType(type);
+            auto buffer =
+                Unwrap(Buffer::Allocate(length * loan_type->fixed_width(), p.get().LoanPool()));
+            return PyLoan{buffer, loan_type, length};
+          },
+          py::arg("length"), py::arg("type") = "uint8",
+          "Lends `length` values of `type` in shared memory (write them, then send_loans).")
+      .def(
+          "send_loans",
+          [](PyPublisher& p, const py::dict& columns, const py::object& metadata) {
+            auto schema = std::make_shared<Schema>();
+            std::vector<ArrayDataPtr> arrays;
+            int64_t rows = -1;
+            for (const auto& item : columns) {
+              auto& loan = item.second.cast<PyLoan&>();
+              if (rows >= 0 && loan.length != rows) {
+                throw py::value_error("every loaned column must have the same length");
+              }
+              rows = loan.length;
+              schema->fields.push_back(field(py::str(item.first), loan.type, false));
+              auto column = std::make_shared<ArrayData>();
+              column->type = loan.type;
+              column->length = loan.length;
+              column->buffers = {nullptr, loan.buffer};
+              arrays.push_back(column);
+            }
+            if (rows < 0) throw py::value_error("send_loans needs at least one column");
+            auto batch = Unwrap(RecordBatch::Make(schema, rows, std::move(arrays)));
+            Metadata meta = MetadataFrom(metadata);
+            Status status;
+            {
+              py::gil_scoped_release unlocked;
+              status = p.get().Send(*batch, meta);
+            }
+            Check(status);
+          },
+          py::arg("columns"), py::arg("metadata") = py::none(),
+          "Sends loaned columns as one record batch: nothing is copied.")
+      .def(
+          "send",
+          [](PyPublisher& p, const py::object& data, const py::object& metadata) {
+            RecordBatchPtr batch = HostBatchFrom(data);
+            Metadata meta = MetadataFrom(metadata);
+            Status status;
+            {
+              py::gil_scoped_release unlocked;
+              status = p.get().SendCopy(*batch, meta);
+            }
+            Check(status);
+          },
+          py::arg("data"), py::arg("metadata") = py::none(),
+          "Sends any record batch (pyarrow, polars, ferry, ...): buffers already in this "
+          "channel's shared memory travel as they are, others are copied (counted).")
       .def("poll", [](PyPublisher& p) { Check(p.get().Poll()); })
-      .def("wait_for_subscribers",
-           [](PyPublisher& p, int count, double timeout) {
-             Status status;
-             {
-               py::gil_scoped_release unlocked;
-               status = p.get().WaitForSubscribers(count, Seconds(timeout));
-             }
-             Check(status);
-           },
-           py::arg("count") = 1, py::arg("timeout") = 10.0)
+      .def(
+          "wait_for_subscribers",
+          [](PyPublisher& p, int count, double timeout) {
+            Status status;
+            {
+              py::gil_scoped_release unlocked;
+              status = p.get().WaitForSubscribers(count, Seconds(timeout));
+            }
+            Check(status);
+          },
+          py::arg("count") = 1, py::arg("timeout") = 10.0)
       .def("stats", [](PyPublisher& p) { return StatsDict(p.get().stats()); })
-      .def("fileno", [](PyPublisher& p) { return p.get().wait_fd(); },
-           "A descriptor for select/poll/selectors: readable when poll() has work (a "
-           "subscriber connecting or leaving, drop tokens to reclaim). Do not read or close it.")
+      .def(
+          "fileno", [](PyPublisher& p) { return p.get().wait_fd(); },
+          "A descriptor for select/poll/selectors: readable when poll() has work (a "
+          "subscriber connecting or leaving, drop tokens to reclaim). Do not read or close it.")
       .def("close", [](PyPublisher& p) { p.publisher.reset(); })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyPublisher& p, py::args) { p.publisher.reset(); });
@@ -292,18 +296,19 @@ void BindFlow(py::module_& m) {
            "('block', 'drop_oldest', 'drop_newest'; None: the publisher's) set this "
            "subscriber's own queue.")
       .def_property_readonly("name", [](PySubscriber& s) { return s.get().name(); })
-      .def("receive",
-           [](PySubscriber& s, double timeout) {
-             Result<flow::Message> message = Status::UnknownError("not received");
-             {
-               py::gil_scoped_release unlocked;
-               message = s.get().Receive(Seconds(timeout));
-             }
-             return ToPython(Unwrap(std::move(message)));
-           },
-           py::arg("timeout") = 10.0,
-           "The next message; TimeoutError after `timeout` seconds; EOFError once the "
-           "publisher is gone and everything it sent was received.")
+      .def(
+          "receive",
+          [](PySubscriber& s, double timeout) {
+            Result<flow::Message> message = Status::UnknownError("not received");
+            {
+              py::gil_scoped_release unlocked;
+              message = s.get().Receive(Seconds(timeout));
+            }
+            return ToPython(Unwrap(std::move(message)));
+          },
+          py::arg("timeout") = 10.0,
+          "The next message; TimeoutError after `timeout` seconds; EOFError once the "
+          "publisher is gone and everything it sent was received.")
       .def("try_receive",
            [](PySubscriber& s) -> py::object {
              auto message = Unwrap(s.get().TryReceive());

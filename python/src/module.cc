@@ -12,17 +12,17 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/base/telemetry.h"
 #include "ferry/c/abi.h"
+#include "ferry/device/device.h"
+#include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/cast.h"
 #include "ferry/exchange/sample.h"
 #include "ferry/exchange/stream.h"
 #include "ferry/exchange/type.h"
-#include "ferry/device/device.h"
-#include "ferry/device/device_bridge.h"
 #include "ferry/exchange/validate.h"
-#include "ferry/base/telemetry.h"
 #include "objects.h"
 
 namespace py = pybind11;
@@ -31,10 +31,14 @@ namespace ferry::python {
 
 [[noreturn]] void Raise(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kInvalid: throw py::value_error(status.message());
-    case StatusCode::kTypeError: throw py::type_error(status.message());
-    case StatusCode::kIndexError: throw py::index_error(status.message());
-    case StatusCode::kOutOfMemory: throw std::bad_alloc();
+    case StatusCode::kInvalid:
+      throw py::value_error(status.message());
+    case StatusCode::kTypeError:
+      throw py::type_error(status.message());
+    case StatusCode::kIndexError:
+      throw py::index_error(status.message());
+    case StatusCode::kOutOfMemory:
+      throw std::bad_alloc();
     case StatusCode::kNotImplemented:
       PyErr_SetString(PyExc_NotImplementedError, status.message().c_str());
       throw py::error_already_set();
@@ -45,7 +49,8 @@ namespace ferry::python {
       // A stream or channel whose other side is gone (e.g. "publisher gone").
       PyErr_SetString(PyExc_EOFError, status.message().c_str());
       throw py::error_already_set();
-    default: throw std::runtime_error(status.ToString());
+    default:
+      throw std::runtime_error(status.ToString());
   }
 }
 
@@ -229,9 +234,9 @@ bool OnHost(const Placement& placement) { return DeviceOf(placement)->host_acces
 // The PyCapsule protocol reserves **kwargs for future use: reject what we do not know.
 void RejectUnknownKwargs(const py::kwargs& kwargs) {
   for (const auto& item : kwargs) {
-    PyErr_SetString(PyExc_NotImplementedError,
-                    ("unsupported keyword argument '" + py::str(item.first).cast<std::string>() +
-                     "'").c_str());
+    PyErr_SetString(
+        PyExc_NotImplementedError,
+        ("unsupported keyword argument '" + py::str(item.first).cast<std::string>() + "'").c_str());
     throw py::error_already_set();
   }
 }
@@ -269,7 +274,8 @@ py::object DeviceArrayCapsule(const ArrayDataPtr& data, const Placement& placeme
 // Serves a host RecordBatchReader as a CPU device stream.
 class HostDeviceReader final : public device::DeviceBatchReader {
  public:
-  explicit HostDeviceReader(std::shared_ptr<RecordBatchReader> source) : source_(std::move(source)) {}
+  explicit HostDeviceReader(std::shared_ptr<RecordBatchReader> source)
+      : source_(std::move(source)) {}
   SchemaPtr schema() const override { return source_->schema(); }
   device::DeviceType device_type() const override { return device::DeviceType::kCpu; }
   Result<device::DeviceBatch> Next() override {
@@ -342,7 +348,8 @@ std::shared_ptr<device::DeviceBatchReader> DeviceReaderFromCapsule(const py::han
 
 std::shared_ptr<RecordBatchReader> ReaderFromCapsule(const py::handle& capsule) {
   auto* stream = CapsulePointer<ArrowArrayStream>(capsule, kStreamCapsule);
-  if (stream->release == nullptr) throw py::value_error("the ArrowArrayStream was already released");
+  if (stream->release == nullptr)
+    throw py::value_error("the ArrowArrayStream was already released");
   return Unwrap(ImportRecordBatchReader(stream));
 }
 
@@ -368,7 +375,8 @@ py::object ImportArrow(const py::object& obj) {
   // where it is.
   if (py::hasattr(obj, "__arrow_c_device_array__")) {
     py::tuple capsules = obj.attr("__arrow_c_device_array__")();
-    if (capsules.size() != 2) throw py::type_error("__arrow_c_device_array__ must return a 2-tuple");
+    if (capsules.size() != 2)
+      throw py::type_error("__arrow_c_device_array__ must return a 2-tuple");
     return py::cast(ArrayFromDeviceCapsules(capsules[0], capsules[1]));
   }
   if (py::hasattr(obj, "__arrow_c_device_stream__") && !py::hasattr(obj, "__arrow_c_array__")) {
@@ -398,7 +406,6 @@ RecordBatchPtr BatchFromArray(const PyArray& array) {
   Metadata metadata = array.field.metadata;
   return Unwrap(RecordBatch::FromStructArray(array.data, metadata));
 }
-
 
 PyRecordBatch BatchOf(const PyArray& array) {
   return PyRecordBatch{BatchFromArray(array), array.placement};
@@ -464,10 +471,10 @@ std::shared_ptr<RecordBatchReader> HostReaderOf(std::shared_ptr<device::DeviceBa
       if (next.event) FERRY_RETURN_NOT_OK(next.event->Wait(std::chrono::seconds(30)));
       return next.batch;
     }
-    FERRY_ASSIGN_OR_RAISE(auto copied, device::CopyArrayTo(
-                                           device::DeviceArray{next.batch->ToStructArray(),
-                                                               next.device, next.event},
-                                           device::DeviceRegistry::Global().cpu()));
+    FERRY_ASSIGN_OR_RAISE(
+        auto copied, device::CopyArrayTo(
+                         device::DeviceArray{next.batch->ToStructArray(), next.device, next.event},
+                         device::DeviceRegistry::Global().cpu()));
     return RecordBatch::FromStructArray(copied.data, next.batch->schema()->metadata);
   });
 }
@@ -530,11 +537,11 @@ RecordBatchPtr HostBatchFrom(const py::object& obj) {
   if (py::isinstance<PyArrayStream>(imported)) {
     throw py::type_error("expected a record batch, got a stream: send its batches one by one");
   }
-  PyRecordBatch batch = py::isinstance<PyRecordBatch>(imported)
-                            ? imported.cast<PyRecordBatch>()
-                            : (py::isinstance<PyArray>(imported)
-                                   ? BatchOf(imported.cast<PyArray>())
-                                   : throw py::type_error("expected a record batch"));
+  PyRecordBatch batch =
+      py::isinstance<PyRecordBatch>(imported)
+          ? imported.cast<PyRecordBatch>()
+          : (py::isinstance<PyArray>(imported) ? BatchOf(imported.cast<PyArray>())
+                                               : throw py::type_error("expected a record batch"));
   if (OnHost(batch.placement)) return batch.batch;
   auto host = HostData(batch.batch->ToStructArray(), batch.placement);
   return Unwrap(RecordBatch::FromStructArray(host, batch.batch->schema()->metadata));
@@ -545,7 +552,8 @@ PYBIND11_MODULE(_ferry, m) {
 
   py::class_<PySchema>(m, "Schema", "An Arrow type with its field name, nullability and metadata.")
       .def_property_readonly("name", [](const PySchema& s) { return s.field.name; })
-      .def_property_readonly("format", [](const PySchema& s) { return FormatString(*s.field.type); })
+      .def_property_readonly("format",
+                             [](const PySchema& s) { return FormatString(*s.field.type); })
       .def_property_readonly("nullable", [](const PySchema& s) { return s.field.nullable; })
       .def_property_readonly("metadata",
                              [](const PySchema& s) {
@@ -566,7 +574,8 @@ PYBIND11_MODULE(_ferry, m) {
       .def("equals", [](const PySchema& a, const PySchema& b) { return a.field.Equals(b.field); })
       .def("__arrow_c_schema__", [](const PySchema& s) { return SchemaCapsule(s.field); })
       .def("__str__", [](const PySchema& s) { return s.field.ToString(); })
-      .def("__repr__", [](const PySchema& s) { return "ferry.Schema(" + s.field.ToString() + ")"; });
+      .def("__repr__",
+           [](const PySchema& s) { return "ferry.Schema(" + s.field.ToString() + ")"; });
 
   py::class_<PyArray>(m, "Array",
                       "An immutable Arrow array whose buffers may belong to another runtime or "
@@ -576,99 +585,124 @@ PYBIND11_MODULE(_ferry, m) {
       .def_property_readonly("offset", [](const PyArray& a) { return a.data->offset; })
       .def_property_readonly("null_count",
                              [](const PyArray& a) {
-                               return OnHost(a.placement) ? a.data->GetNullCount()
-                                                          : HostData(a.data, a.placement)->GetNullCount();
+                               return OnHost(a.placement)
+                                          ? a.data->GetNullCount()
+                                          : HostData(a.data, a.placement)->GetNullCount();
                              })
       .def_property_readonly("type", [](const PyArray& a) { return a.data->type->ToString(); })
       .def_property_readonly("format", [](const PyArray& a) { return FormatString(*a.data->type); })
       .def_property_readonly("schema", [](const PyArray& a) { return PySchema{a.field}; })
-      .def_property_readonly("device_type",
-                             [](const PyArray& a) { return device::DeviceTypeName(DeviceOf(a.placement)->type()); })
-      .def_property_readonly("device_id", [](const PyArray& a) { return DeviceOf(a.placement)->id(); })
-      .def("buffers", [](const PyArray& a) { return BufferInfo(*a.data); },
-           "(address, size) of each buffer of this array (None where absent); device addresses "
-           "for device arrays.")
-      .def_property_readonly("children",
-                             [](const PyArray& a) {
-                               std::vector<PyArray> out;
-                               const auto& fields = a.data->type->children;
-                               for (size_t i = 0; i < a.data->children.size(); ++i) {
-                                 Field child_field =
-                                     i < fields.size() ? fields[i] : field("", a.data->children[i]->type);
-                                 out.push_back(PyArray{child_field, a.data->children[i], a.placement});
-                               }
-                               return out;
-                             })
-      .def_property_readonly("dictionary",
-                             [](const PyArray& a) -> py::object {
-                               if (!a.data->dictionary) return py::none();
-                               return py::cast(PyArray{field("dictionary", a.data->dictionary->type),
-                                                       a.data->dictionary, a.placement});
-                             })
-      .def("slice",
-           [](const PyArray& a, int64_t offset, std::optional<int64_t> length) {
-             if (offset < 0 || offset > a.data->length) throw py::index_error("slice offset out of range");
-             int64_t n = length.value_or(a.data->length - offset);
-             if (n < 0) throw py::index_error("slice length must be >= 0");
-             return PyArray{a.field, Slice(a.data, offset, n), a.placement};
-           },
-           py::arg("offset"), py::arg("length") = py::none())
-      .def("validate", [](const PyArray& a, bool full) { Check(ValidateData(a.data, a.placement, full)); },
-           py::arg("full") = true)
+      .def_property_readonly(
+          "device_type",
+          [](const PyArray& a) { return device::DeviceTypeName(DeviceOf(a.placement)->type()); })
+      .def_property_readonly("device_id",
+                             [](const PyArray& a) { return DeviceOf(a.placement)->id(); })
+      .def(
+          "buffers", [](const PyArray& a) { return BufferInfo(*a.data); },
+          "(address, size) of each buffer of this array (None where absent); device addresses "
+          "for device arrays.")
+      .def_property_readonly(
+          "children",
+          [](const PyArray& a) {
+            std::vector<PyArray> out;
+            const auto& fields = a.data->type->children;
+            for (size_t i = 0; i < a.data->children.size(); ++i) {
+              Field child_field =
+                  i < fields.size() ? fields[i] : field("", a.data->children[i]->type);
+              out.push_back(PyArray{child_field, a.data->children[i], a.placement});
+            }
+            return out;
+          })
+      .def_property_readonly(
+          "dictionary",
+          [](const PyArray& a) -> py::object {
+            if (!a.data->dictionary) return py::none();
+            return py::cast(PyArray{field("dictionary", a.data->dictionary->type),
+                                    a.data->dictionary, a.placement});
+          })
+      .def(
+          "slice",
+          [](const PyArray& a, int64_t offset, std::optional<int64_t> length) {
+            if (offset < 0 || offset > a.data->length)
+              throw py::index_error("slice offset out of range");
+            int64_t n = length.value_or(a.data->length - offset);
+            if (n < 0) throw py::index_error("slice length must be >= 0");
+            return PyArray{a.field, Slice(a.data, offset, n), a.placement};
+          },
+          py::arg("offset"), py::arg("length") = py::none())
+      .def(
+          "validate",
+          [](const PyArray& a, bool full) { Check(ValidateData(a.data, a.placement, full)); },
+          py::arg("full") = true)
       .def("equals",
            [](const PyArray& a, const PyArray& b) {
              return ArrayEquals(*HostData(a.data, a.placement), *HostData(b.data, b.placement));
            })
       .def("__arrow_c_schema__", [](const PyArray& a) { return SchemaCapsule(a.field); })
-      .def("__arrow_c_array__",
-           [](const PyArray& a, py::object requested_schema) {
-             auto [out_field, out_data] =
-                 ApplyRequestedSchema(a.field, HostData(a.data, a.placement), requested_schema);
-             return py::make_tuple(SchemaCapsule(out_field), ArrayCapsule(out_data));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__arrow_c_device_array__",
-           [](const PyArray& a, py::object requested_schema, const py::kwargs& kwargs) {
-             RejectUnknownKwargs(kwargs);
-             auto [out_field, out_data] = ApplyRequestedSchema(a.field, a.data, requested_schema);
-             return py::make_tuple(SchemaCapsule(out_field), DeviceArrayCapsule(out_data, a.placement));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("to_string",
-           [](const PyArray& a, int64_t max_values) {
-             return ArrayToString(*HostData(a.data, a.placement), max_values);
-           },
-           py::arg("max_values") = 20)
-      .def("__str__", [](const PyArray& a) { return ArrayToString(*HostData(a.data, a.placement)); })
+      .def(
+          "__arrow_c_array__",
+          [](const PyArray& a, py::object requested_schema) {
+            auto [out_field, out_data] =
+                ApplyRequestedSchema(a.field, HostData(a.data, a.placement), requested_schema);
+            return py::make_tuple(SchemaCapsule(out_field), ArrayCapsule(out_data));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_device_array__",
+          [](const PyArray& a, py::object requested_schema, const py::kwargs& kwargs) {
+            RejectUnknownKwargs(kwargs);
+            auto [out_field, out_data] = ApplyRequestedSchema(a.field, a.data, requested_schema);
+            return py::make_tuple(SchemaCapsule(out_field),
+                                  DeviceArrayCapsule(out_data, a.placement));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "to_string",
+          [](const PyArray& a, int64_t max_values) {
+            return ArrayToString(*HostData(a.data, a.placement), max_values);
+          },
+          py::arg("max_values") = 20)
+      .def("__str__",
+           [](const PyArray& a) { return ArrayToString(*HostData(a.data, a.placement)); })
       .def("__repr__", [](const PyArray& a) {
-        std::string where = OnHost(a.placement) ? "" : std::string(" on ") +
-                                                           device::DeviceTypeName(DeviceOf(a.placement)->type());
-        return "ferry.Array<" + a.data->type->ToString() + ">[" + std::to_string(a.data->length) + "]" + where;
+        std::string where =
+            OnHost(a.placement)
+                ? ""
+                : std::string(" on ") + device::DeviceTypeName(DeviceOf(a.placement)->type());
+        return "ferry.Array<" + a.data->type->ToString() + ">[" + std::to_string(a.data->length) +
+               "]" + where;
       });
 
   py::class_<PyRecordBatch>(m, "RecordBatch", "A schema and columns of equal length; immutable.")
-      .def_static("from_arrow",
-                  [](const py::object& obj) {
-                    py::object imported = ImportArrow(obj);
-                    if (py::isinstance<PyRecordBatch>(imported)) return imported.cast<PyRecordBatch>();
-                    if (py::isinstance<PyArray>(imported)) return BatchOf(imported.cast<PyArray>());
-                    throw py::type_error("expected an object exporting a struct array (__arrow_c_array__)");
-                  },
-                  py::arg("obj"))
+      .def_static(
+          "from_arrow",
+          [](const py::object& obj) {
+            py::object imported = ImportArrow(obj);
+            if (py::isinstance<PyRecordBatch>(imported)) return imported.cast<PyRecordBatch>();
+            if (py::isinstance<PyArray>(imported)) return BatchOf(imported.cast<PyArray>());
+            throw py::type_error("expected an object exporting a struct array (__arrow_c_array__)");
+          },
+          py::arg("obj"))
       .def_property_readonly("num_rows", [](const PyRecordBatch& b) { return b.batch->num_rows(); })
-      .def_property_readonly("num_columns", [](const PyRecordBatch& b) { return b.batch->num_columns(); })
+      .def_property_readonly("num_columns",
+                             [](const PyRecordBatch& b) { return b.batch->num_columns(); })
       .def("__len__", [](const PyRecordBatch& b) { return b.batch->num_rows(); })
       .def_property_readonly("device_type",
-                             [](const PyRecordBatch& b) { return device::DeviceTypeName(DeviceOf(b.placement)->type()); })
-      .def_property_readonly("device_id", [](const PyRecordBatch& b) { return DeviceOf(b.placement)->id(); })
+                             [](const PyRecordBatch& b) {
+                               return device::DeviceTypeName(DeviceOf(b.placement)->type());
+                             })
+      .def_property_readonly("device_id",
+                             [](const PyRecordBatch& b) { return DeviceOf(b.placement)->id(); })
       .def_property_readonly("column_names",
                              [](const PyRecordBatch& b) {
                                std::vector<std::string> names;
-                               for (const auto& f : b.batch->schema()->fields) names.push_back(f.name);
+                               for (const auto& f : b.batch->schema()->fields)
+                                 names.push_back(f.name);
                                return names;
                              })
-      .def_property_readonly("schema",
-                             [](const PyRecordBatch& b) { return PySchema{SchemaAsField(*b.batch->schema())}; })
+      .def_property_readonly(
+          "schema",
+          [](const PyRecordBatch& b) { return PySchema{SchemaAsField(*b.batch->schema())}; })
       .def("column",
            [](const PyRecordBatch& b, py::object key) {
              int index;
@@ -678,23 +712,27 @@ PYBIND11_MODULE(_ferry, m) {
              } else {
                index = key.cast<int>();
                if (index < 0) index += b.batch->num_columns();
-               if (index < 0 || index >= b.batch->num_columns()) throw py::index_error("column index out of range");
+               if (index < 0 || index >= b.batch->num_columns())
+                 throw py::index_error("column index out of range");
              }
-             return PyArray{b.batch->schema()->fields[static_cast<size_t>(index)], b.batch->column(index),
-                            b.placement};
+             return PyArray{b.batch->schema()->fields[static_cast<size_t>(index)],
+                            b.batch->column(index), b.placement};
            })
-      .def("slice",
-           [](const PyRecordBatch& b, int64_t offset, std::optional<int64_t> length) {
-             if (offset < 0 || offset > b.batch->num_rows()) throw py::index_error("slice offset out of range");
-             return PyRecordBatch{b.batch->Slice(offset, length.value_or(b.batch->num_rows() - offset)),
-                                  b.placement};
-           },
-           py::arg("offset"), py::arg("length") = py::none())
-      .def("validate",
-           [](const PyRecordBatch& b, bool full) {
-             Check(ValidateData(b.batch->ToStructArray(), b.placement, full));
-           },
-           py::arg("full") = true)
+      .def(
+          "slice",
+          [](const PyRecordBatch& b, int64_t offset, std::optional<int64_t> length) {
+            if (offset < 0 || offset > b.batch->num_rows())
+              throw py::index_error("slice offset out of range");
+            return PyRecordBatch{
+                b.batch->Slice(offset, length.value_or(b.batch->num_rows() - offset)), b.placement};
+          },
+          py::arg("offset"), py::arg("length") = py::none())
+      .def(
+          "validate",
+          [](const PyRecordBatch& b, bool full) {
+            Check(ValidateData(b.batch->ToStructArray(), b.placement, full));
+          },
+          py::arg("full") = true)
       .def("equals",
            [](const PyRecordBatch& a, const PyRecordBatch& b) {
              return ArrayEquals(*HostData(a.batch->ToStructArray(), a.placement),
@@ -702,60 +740,72 @@ PYBIND11_MODULE(_ferry, m) {
            })
       .def("__arrow_c_schema__",
            [](const PyRecordBatch& b) { return SchemaCapsule(SchemaAsField(*b.batch->schema())); })
-      .def("__arrow_c_array__",
-           [](const PyRecordBatch& b, py::object requested_schema) {
-             // CPU data as it is: exported straight from the batch.
-             if (requested_schema.is_none() && b.placement.device == nullptr &&
-                 b.placement.event == nullptr) {
-               return py::make_tuple(BatchSchemaCapsule(*b.batch), BatchArrayCapsule(*b.batch));
-             }
-             auto [out_field, out_data] = ApplyRequestedSchema(
-                 SchemaAsField(*b.batch->schema()), HostData(b.batch->ToStructArray(), b.placement),
-                 requested_schema);
-             return py::make_tuple(SchemaCapsule(out_field), ArrayCapsule(out_data));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__arrow_c_device_array__",
-           [](const PyRecordBatch& b, py::object requested_schema, const py::kwargs& kwargs) {
-             RejectUnknownKwargs(kwargs);
-             auto [out_field, out_data] = ApplyRequestedSchema(SchemaAsField(*b.batch->schema()),
-                                                               b.batch->ToStructArray(), requested_schema);
-             return py::make_tuple(SchemaCapsule(out_field), DeviceArrayCapsule(out_data, b.placement));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__arrow_c_stream__",
-           [](const PyRecordBatch& b, py::object requested_schema) {
-             auto [out_field, out_data] = ApplyRequestedSchema(
-                 SchemaAsField(*b.batch->schema()), HostData(b.batch->ToStructArray(), b.placement),
-                 requested_schema);
-             RecordBatchPtr batch = Unwrap(RecordBatch::FromStructArray(out_data, out_field.metadata));
-             return ExportReader(Unwrap(RecordBatchReader::FromBatches(batch->schema(), {batch})));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__arrow_c_device_stream__",
-           [](const PyRecordBatch& b, py::object requested_schema, const py::kwargs& kwargs) {
-             RejectUnknownKwargs(kwargs);
-             auto [out_field, out_data] = ApplyRequestedSchema(SchemaAsField(*b.batch->schema()),
-                                                               b.batch->ToStructArray(), requested_schema);
-             RecordBatchPtr batch = Unwrap(RecordBatch::FromStructArray(out_data, out_field.metadata));
-             return ExportDeviceReader(std::make_shared<SingleBatchDeviceReader>(
-                 device::DeviceBatch{batch, DeviceOf(b.placement), b.placement.event}));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__str__", [](const PyRecordBatch& b) {
-        auto host = HostData(b.batch->ToStructArray(), b.placement);
-        return Unwrap(RecordBatch::FromStructArray(host, b.batch->schema()->metadata))->ToString();
-      })
+      .def(
+          "__arrow_c_array__",
+          [](const PyRecordBatch& b, py::object requested_schema) {
+            // CPU data as it is: exported straight from the batch.
+            if (requested_schema.is_none() && b.placement.device == nullptr &&
+                b.placement.event == nullptr) {
+              return py::make_tuple(BatchSchemaCapsule(*b.batch), BatchArrayCapsule(*b.batch));
+            }
+            auto [out_field, out_data] = ApplyRequestedSchema(
+                SchemaAsField(*b.batch->schema()), HostData(b.batch->ToStructArray(), b.placement),
+                requested_schema);
+            return py::make_tuple(SchemaCapsule(out_field), ArrayCapsule(out_data));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_device_array__",
+          [](const PyRecordBatch& b, py::object requested_schema, const py::kwargs& kwargs) {
+            RejectUnknownKwargs(kwargs);
+            auto [out_field, out_data] = ApplyRequestedSchema(
+                SchemaAsField(*b.batch->schema()), b.batch->ToStructArray(), requested_schema);
+            return py::make_tuple(SchemaCapsule(out_field),
+                                  DeviceArrayCapsule(out_data, b.placement));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_stream__",
+          [](const PyRecordBatch& b, py::object requested_schema) {
+            auto [out_field, out_data] = ApplyRequestedSchema(
+                SchemaAsField(*b.batch->schema()), HostData(b.batch->ToStructArray(), b.placement),
+                requested_schema);
+            RecordBatchPtr batch =
+                Unwrap(RecordBatch::FromStructArray(out_data, out_field.metadata));
+            return ExportReader(Unwrap(RecordBatchReader::FromBatches(batch->schema(), {batch})));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_device_stream__",
+          [](const PyRecordBatch& b, py::object requested_schema, const py::kwargs& kwargs) {
+            RejectUnknownKwargs(kwargs);
+            auto [out_field, out_data] = ApplyRequestedSchema(
+                SchemaAsField(*b.batch->schema()), b.batch->ToStructArray(), requested_schema);
+            RecordBatchPtr batch =
+                Unwrap(RecordBatch::FromStructArray(out_data, out_field.metadata));
+            return ExportDeviceReader(std::make_shared<SingleBatchDeviceReader>(
+                device::DeviceBatch{batch, DeviceOf(b.placement), b.placement.event}));
+          },
+          py::arg("requested_schema") = py::none())
+      .def("__str__",
+           [](const PyRecordBatch& b) {
+             auto host = HostData(b.batch->ToStructArray(), b.placement);
+             return Unwrap(RecordBatch::FromStructArray(host, b.batch->schema()->metadata))
+                 ->ToString();
+           })
       .def("__repr__", [](const PyRecordBatch& b) {
-        std::string where = OnHost(b.placement) ? "" : std::string(" on ") +
-                                                           device::DeviceTypeName(DeviceOf(b.placement)->type());
+        std::string where =
+            OnHost(b.placement)
+                ? ""
+                : std::string(" on ") + device::DeviceTypeName(DeviceOf(b.placement)->type());
         return "ferry.RecordBatch(" + std::to_string(b.batch->num_rows()) + " rows, " +
                std::to_string(b.batch->num_columns()) + " columns" + where + ")";
       });
 
   py::class_<PyArrayStream>(m, "ArrayStream", "A one-shot stream of record batches.")
-      .def_property_readonly("schema",
-                             [](const PyArrayStream& s) { return PySchema{SchemaAsField(*StreamSchema(s))}; })
+      .def_property_readonly(
+          "schema",
+          [](const PyArrayStream& s) { return PySchema{SchemaAsField(*StreamSchema(s))}; })
       .def("read_next", &NextBatch, "The next batch, or None at the end of the stream.")
       .def("read_all",
            [](PyArrayStream& s) {
@@ -777,41 +827,43 @@ PYBIND11_MODULE(_ferry, m) {
            })
       .def("__arrow_c_schema__",
            [](const PyArrayStream& s) { return SchemaCapsule(SchemaAsField(*StreamSchema(s))); })
-      .def("__arrow_c_stream__",
-           [](PyArrayStream& s, py::object requested_schema) {
-             auto reader = TakeHostReader(s);
-             if (!requested_schema.is_none()) {
-               Field requested = FieldFromCapsule(requested_schema);
-               Field ours = SchemaAsField(*reader->schema());
-               if (!requested.type->Equals(*ours.type) && SameLayout(*ours.type, *requested.type)) {
-                 // Relabel every batch lazily as it is pulled.
-                 auto schema =
-                     std::make_shared<Schema>(Schema{requested.type->children, requested.metadata});
-                 auto target = requested.type;
-                 reader = RecordBatchReader::FromFunction(
-                     schema, [source = reader, target, schema]() -> Result<RecordBatchPtr> {
-                       FERRY_ASSIGN_OR_RAISE(auto batch, source->Next());
-                       if (!batch) return RecordBatchPtr();
-                       FERRY_ASSIGN_OR_RAISE(auto viewed, ViewAs(batch->ToStructArray(), target));
-                       return RecordBatch::FromStructArray(viewed, schema->metadata);
-                     });
-               }
-             }
-             return ExportReader(std::move(reader));
-           },
-           py::arg("requested_schema") = py::none())
-      .def("__arrow_c_device_stream__",
-           [](PyArrayStream& s, py::object requested_schema, const py::kwargs& kwargs) {
-             RejectUnknownKwargs(kwargs);
-             if (!s.open()) throw py::value_error("the stream was already consumed");
-             std::shared_ptr<device::DeviceBatchReader> reader =
-                 s.device_reader ? std::move(s.device_reader)
-                                 : std::make_shared<HostDeviceReader>(std::move(s.reader));
-             s.reader.reset();
-             s.device_reader.reset();
-             return ExportDeviceReader(std::move(reader));
-           },
-           py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_stream__",
+          [](PyArrayStream& s, py::object requested_schema) {
+            auto reader = TakeHostReader(s);
+            if (!requested_schema.is_none()) {
+              Field requested = FieldFromCapsule(requested_schema);
+              Field ours = SchemaAsField(*reader->schema());
+              if (!requested.type->Equals(*ours.type) && SameLayout(*ours.type, *requested.type)) {
+                // Relabel every batch lazily as it is pulled.
+                auto schema =
+                    std::make_shared<Schema>(Schema{requested.type->children, requested.metadata});
+                auto target = requested.type;
+                reader = RecordBatchReader::FromFunction(
+                    schema, [source = reader, target, schema]() -> Result<RecordBatchPtr> {
+                      FERRY_ASSIGN_OR_RAISE(auto batch, source->Next());
+                      if (!batch) return RecordBatchPtr();
+                      FERRY_ASSIGN_OR_RAISE(auto viewed, ViewAs(batch->ToStructArray(), target));
+                      return RecordBatch::FromStructArray(viewed, schema->metadata);
+                    });
+              }
+            }
+            return ExportReader(std::move(reader));
+          },
+          py::arg("requested_schema") = py::none())
+      .def(
+          "__arrow_c_device_stream__",
+          [](PyArrayStream& s, py::object requested_schema, const py::kwargs& kwargs) {
+            RejectUnknownKwargs(kwargs);
+            if (!s.open()) throw py::value_error("the stream was already consumed");
+            std::shared_ptr<device::DeviceBatchReader> reader =
+                s.device_reader ? std::move(s.device_reader)
+                                : std::make_shared<HostDeviceReader>(std::move(s.reader));
+            s.reader.reset();
+            s.device_reader.reset();
+            return ExportDeviceReader(std::move(reader));
+          },
+          py::arg("requested_schema") = py::none())
       .def("__repr__", [](const PyArrayStream& s) {
         return std::string("ferry.ArrayStream(") + (s.open() ? "open" : "consumed") + ")";
       });
@@ -820,98 +872,116 @@ PYBIND11_MODULE(_ferry, m) {
         "Imports any object implementing the Arrow PyCapsule protocol without copying: "
         "arrays and record batches become ferry.Array, streams ferry.ArrayStream, schemas "
         "ferry.Schema. Device-aware producers are asked for device data first.");
-  m.def("record_batch",
-        [](const py::object& obj) {
-          if (py::isinstance<PyRecordBatch>(obj)) return obj.cast<PyRecordBatch>();
-          if (!py::isinstance<PyArray>(obj)) {
-            if (std::optional<PyRecordBatch> batch = ImportHostBatch(obj)) return *std::move(batch);
+  m.def(
+      "record_batch",
+      [](const py::object& obj) {
+        if (py::isinstance<PyRecordBatch>(obj)) return obj.cast<PyRecordBatch>();
+        if (!py::isinstance<PyArray>(obj)) {
+          if (std::optional<PyRecordBatch> batch = ImportHostBatch(obj)) return *std::move(batch);
+        }
+        py::object imported = ImportArrow(obj);
+        if (py::isinstance<PyRecordBatch>(imported)) return imported.cast<PyRecordBatch>();
+        if (!py::isinstance<PyArray>(imported))
+          throw py::type_error("expected an array-like object");
+        return BatchOf(imported.cast<PyArray>());
+      },
+      py::arg("obj"), "Imports a struct array / record batch as ferry.RecordBatch.");
+  m.def(
+      "validate",
+      [](const py::object& obj, bool full) {
+        py::object imported = ImportArrow(obj);
+        if (py::isinstance<PyArray>(imported)) {
+          const auto& a = imported.cast<const PyArray&>();
+          Check(ValidateData(a.data, a.placement, full));
+        } else if (py::isinstance<PyRecordBatch>(imported)) {
+          const auto& b = imported.cast<const PyRecordBatch&>();
+          Check(ValidateData(b.batch->ToStructArray(), b.placement, full));
+        } else if (py::isinstance<PyArrayStream>(imported)) {
+          auto& s = imported.cast<PyArrayStream&>();
+          auto reader = TakeHostReader(s);
+          while (true) {
+            auto batch = Unwrap(reader->Next());
+            if (!batch) break;
+            Check(full ? ValidateFull(*batch) : ValidateStructural(*batch));
           }
-          py::object imported = ImportArrow(obj);
-          if (py::isinstance<PyRecordBatch>(imported)) return imported.cast<PyRecordBatch>();
-          if (!py::isinstance<PyArray>(imported)) throw py::type_error("expected an array-like object");
-          return BatchOf(imported.cast<PyArray>());
-        },
-        py::arg("obj"), "Imports a struct array / record batch as ferry.RecordBatch.");
-  m.def("validate",
-        [](const py::object& obj, bool full) {
-          py::object imported = ImportArrow(obj);
-          if (py::isinstance<PyArray>(imported)) {
-            const auto& a = imported.cast<const PyArray&>();
-            Check(ValidateData(a.data, a.placement, full));
-          } else if (py::isinstance<PyRecordBatch>(imported)) {
-            const auto& b = imported.cast<const PyRecordBatch&>();
-            Check(ValidateData(b.batch->ToStructArray(), b.placement, full));
-          } else if (py::isinstance<PyArrayStream>(imported)) {
-            auto& s = imported.cast<PyArrayStream&>();
-            auto reader = TakeHostReader(s);
-            while (true) {
-              auto batch = Unwrap(reader->Next());
-              if (!batch) break;
-              Check(full ? ValidateFull(*batch) : ValidateStructural(*batch));
-            }
-          } else {
-            Check(ValidateType(*imported.cast<const PySchema&>().field.type));
+        } else {
+          Check(ValidateType(*imported.cast<const PySchema&>().field.type));
+        }
+      },
+      py::arg("obj"), py::arg("full") = true,
+      "Validates an Arrow object; raises ValueError naming the column and rule that failed.");
+  m.def(
+      "sample_batch",
+      [](int64_t rows) {
+        return PyRecordBatch{Unwrap(MakeSampleBatch(rows)), {}};
+      },
+      py::arg("num_rows") = 10, "A record batch built by Ferry's C++ producer.");
+  m.def(
+      "wide_batch",
+      [](int columns, int64_t rows) {
+        return PyRecordBatch{Unwrap(MakeWideBatch(columns, rows)), {}};
+      },
+      py::arg("num_columns"), py::arg("num_rows"));
+  m.def(
+      "stream_of",
+      [](const std::vector<PyRecordBatch>& batches) {
+        if (batches.empty()) throw py::value_error("stream_of needs at least one batch");
+        std::vector<RecordBatchPtr> items;
+        for (const auto& b : batches) {
+          if (OnHost(b.placement)) {
+            items.push_back(b.batch);
+            continue;
           }
-        },
-        py::arg("obj"), py::arg("full") = true,
-        "Validates an Arrow object; raises ValueError naming the column and rule that failed.");
-  m.def("sample_batch", [](int64_t rows) { return PyRecordBatch{Unwrap(MakeSampleBatch(rows)), {}}; },
-        py::arg("num_rows") = 10, "A record batch built by Ferry's C++ producer.");
-  m.def("wide_batch",
-        [](int columns, int64_t rows) { return PyRecordBatch{Unwrap(MakeWideBatch(columns, rows)), {}}; },
-        py::arg("num_columns"), py::arg("num_rows"));
-  m.def("stream_of",
-        [](const std::vector<PyRecordBatch>& batches) {
-          if (batches.empty()) throw py::value_error("stream_of needs at least one batch");
-          std::vector<RecordBatchPtr> items;
-          for (const auto& b : batches) {
-            if (OnHost(b.placement)) {
-              items.push_back(b.batch);
-              continue;
-            }
-            auto host = HostData(b.batch->ToStructArray(), b.placement);
-            items.push_back(Unwrap(RecordBatch::FromStructArray(host, b.batch->schema()->metadata)));
-          }
-          PyArrayStream out;
-          out.reader = Unwrap(RecordBatchReader::FromBatches(items.front()->schema(), items));
-          return out;
-        },
-        "A stream over the given batches (they must share one schema).");
-  m.def("to_device",
-        [](const PyRecordBatch& b, const std::string& device_type, int64_t device_id) {
-          auto type = Unwrap(device::DeviceTypeFromName(device_type));
-          device::Device* target = Unwrap(device::DeviceRegistry::Global().Get(type, device_id));
-          auto copied = Unwrap(device::CopyArrayTo(
-              device::DeviceArray{b.batch->ToStructArray(), DeviceOf(b.placement), b.placement.event},
-              target));
-          Placement placement{target->type() == device::DeviceType::kCpu ? nullptr : target, copied.event};
-          return PyRecordBatch{Unwrap(RecordBatch::FromStructArray(copied.data, b.batch->schema()->metadata)),
-                               placement};
-        },
-        py::arg("batch"), py::arg("device_type"), py::arg("device_id") = 0,
-        "Copies a batch to a device (counted in telemetry), e.g. to_device(b, 'opencl', 0).");
-  m.def("_devices",
-        [] {
-          py::list out;
-          for (const auto& entry : device::DeviceRegistry::Global().List()) {
-            py::dict row;
-            row["type"] = std::string(device::DeviceTypeName(entry.type));
-            row["id"] = entry.id;
-            row["name"] = entry.name;
-            row["present"] = entry.present;
-            row["reason"] = entry.reason;
-            out.append(row);
-          }
-          return out;
-        },
-        "One dict per present device and one per device type without any (ferry.devices() wraps it).");
-  m.def("telemetry",
-        [] {
-          py::dict out;
-          for (const auto& [name, value] : telemetry::Snapshot()) out[py::str(name)] = value;
-          return out;
-        },
-        "Process-wide counters: bytes copied per direction, zero-copy exports/imports, releases, ...");
+          auto host = HostData(b.batch->ToStructArray(), b.placement);
+          items.push_back(Unwrap(RecordBatch::FromStructArray(host, b.batch->schema()->metadata)));
+        }
+        PyArrayStream out;
+        out.reader = Unwrap(RecordBatchReader::FromBatches(items.front()->schema(), items));
+        return out;
+      },
+      "A stream over the given batches (they must share one schema).");
+  m.def(
+      "to_device",
+      [](const PyRecordBatch& b, const std::string& device_type, int64_t device_id) {
+        auto type = Unwrap(device::DeviceTypeFromName(device_type));
+        device::Device* target = Unwrap(device::DeviceRegistry::Global().Get(type, device_id));
+        auto copied = Unwrap(device::CopyArrayTo(
+            device::DeviceArray{b.batch->ToStructArray(), DeviceOf(b.placement), b.placement.event},
+            target));
+        Placement placement{target->type() == device::DeviceType::kCpu ? nullptr : target,
+                            copied.event};
+        return PyRecordBatch{
+            Unwrap(RecordBatch::FromStructArray(copied.data, b.batch->schema()->metadata)),
+            placement};
+      },
+      py::arg("batch"), py::arg("device_type"), py::arg("device_id") = 0,
+      "Copies a batch to a device (counted in telemetry), e.g. to_device(b, 'opencl', 0).");
+  m.def(
+      "_devices",
+      [] {
+        py::list out;
+        for (const auto& entry : device::DeviceRegistry::Global().List()) {
+          py::dict row;
+          row["type"] = std::string(device::DeviceTypeName(entry.type));
+          row["id"] = entry.id;
+          row["name"] = entry.name;
+          row["present"] = entry.present;
+          row["reason"] = entry.reason;
+          out.append(row);
+        }
+        return out;
+      },
+      "One dict per present device and one per device type without any (ferry.devices() wraps "
+      "it).");
+  m.def(
+      "telemetry",
+      [] {
+        py::dict out;
+        for (const auto& [name, value] : telemetry::Snapshot()) out[py::str(name)] = value;
+        return out;
+      },
+      "Process-wide counters: bytes copied per direction, zero-copy exports/imports, releases, "
+      "...");
   m.def("telemetry_prometheus", [] { return telemetry::ToPrometheus(); });
   m.def("reset_telemetry", [] { telemetry::Reset(); });
   // Export a batch through the raw C interface and import it back, N times:

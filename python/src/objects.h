@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
+#include "ferry/base/status.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/stream.h"
 #include "ferry/exchange/type.h"
 

@@ -17,7 +17,7 @@ std::string Sha256Hex(std::string_view data) {
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(length * 2);
+  out.reserve(size_t{length} * 2);
   for (unsigned int i = 0; i < length; ++i) {
     out += kHex[digest[i] >> 4];
     out += kHex[digest[i] & 0xf];

@@ -20,30 +20,46 @@ std::string Status::ToString() const {
 
 int Status::ToErrno() const noexcept {
   switch (code()) {
-    case StatusCode::kOk: return 0;
+    case StatusCode::kOk:
+      return 0;
     case StatusCode::kInvalid:
     case StatusCode::kTypeError:
-    case StatusCode::kIndexError: return EINVAL;
-    case StatusCode::kOutOfMemory: return ENOMEM;
-    case StatusCode::kNotImplemented: return ENOSYS;
-    case StatusCode::kIOError: return EIO;
-    case StatusCode::kCancelled: return ECANCELED;
-    case StatusCode::kTimedOut: return ETIMEDOUT;
-    case StatusCode::kUnknownError: return EIO;
+    case StatusCode::kIndexError:
+      return EINVAL;
+    case StatusCode::kOutOfMemory:
+      return ENOMEM;
+    case StatusCode::kNotImplemented:
+      return ENOSYS;
+    case StatusCode::kIOError:
+      return EIO;
+    case StatusCode::kCancelled:
+      return ECANCELED;
+    case StatusCode::kTimedOut:
+      return ETIMEDOUT;
+    case StatusCode::kUnknownError:
+      return EIO;
   }
   return EIO;
 }
 
 Status Status::FromErrno(int errno_code, std::string message) {
   switch (errno_code) {
-    case 0: return Status::OK();
-    case EINVAL: return Invalid(std::move(message));
-    case ENOMEM: return OutOfMemory(std::move(message));
-    case ENOSYS: return NotImplemented(std::move(message));
-    case EIO: return IOError(std::move(message));
-    case ECANCELED: return Cancelled(std::move(message));
-    case ETIMEDOUT: return TimedOut(std::move(message));
-    default: return UnknownError(std::move(message));
+    case 0:
+      return Status::OK();
+    case EINVAL:
+      return Invalid(std::move(message));
+    case ENOMEM:
+      return OutOfMemory(std::move(message));
+    case ENOSYS:
+      return NotImplemented(std::move(message));
+    case EIO:
+      return IOError(std::move(message));
+    case ECANCELED:
+      return Cancelled(std::move(message));
+    case ETIMEDOUT:
+      return TimedOut(std::move(message));
+    default:
+      return UnknownError(std::move(message));
   }
 }
 
@@ -54,16 +70,26 @@ Status Status::WithPrefix(std::string_view prefix) const {
 
 const char* StatusCodeName(StatusCode code) noexcept {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalid: return "Invalid";
-    case StatusCode::kTypeError: return "Type error";
-    case StatusCode::kIndexError: return "Index error";
-    case StatusCode::kOutOfMemory: return "Out of memory";
-    case StatusCode::kNotImplemented: return "Not implemented";
-    case StatusCode::kIOError: return "IO error";
-    case StatusCode::kCancelled: return "Cancelled";
-    case StatusCode::kTimedOut: return "Timed out";
-    case StatusCode::kUnknownError: return "Unknown error";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalid:
+      return "Invalid";
+    case StatusCode::kTypeError:
+      return "Type error";
+    case StatusCode::kIndexError:
+      return "Index error";
+    case StatusCode::kOutOfMemory:
+      return "Out of memory";
+    case StatusCode::kNotImplemented:
+      return "Not implemented";
+    case StatusCode::kIOError:
+      return "IO error";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kTimedOut:
+      return "Timed out";
+    case StatusCode::kUnknownError:
+      return "Unknown error";
   }
   return "Unknown error";
 }

@@ -276,8 +276,8 @@ std::string FormatAge(std::optional<int64_t> then_ms, int64_t now_ms) {
   if (!then_ms) return "-";
   const int64_t seconds = std::max<int64_t>(0, (now_ms - *then_ms) / 1000);
   if (seconds < 120) return std::to_string(seconds) + "s";
-  if (seconds < 2 * 3600) return std::to_string(seconds / 60) + "m";
-  if (seconds < 2 * 86400) return std::to_string(seconds / 3600) + "h";
+  if (seconds < int64_t{2} * 3600) return std::to_string(seconds / 60) + "m";
+  if (seconds < int64_t{2} * 86400) return std::to_string(seconds / 3600) + "h";
   return std::to_string(seconds / 86400) + "d";
 }
 

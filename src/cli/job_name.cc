@@ -41,12 +41,11 @@ const Launcher kPython = {.name = "python",
                           .value_flags = {"-W", "-X", "--check-hash-based-pycs"},
                           .code_flags = {"-c"},
                           .module_flags = {"-m"}};
-const Launcher kTorchrun = {
-    .name = "torchrun",
-    .boolean_flags = {"--standalone", "--no_python", "--no-python", "--run_path", "--run-path",
-                      "--use_env", "--use-env"},
-    .module_switches = {"-m", "--module"},
-    .guess_values = true};
+const Launcher kTorchrun = {.name = "torchrun",
+                            .boolean_flags = {"--standalone", "--no_python", "--no-python",
+                                              "--run_path", "--run-path", "--use_env", "--use-env"},
+                            .module_switches = {"-m", "--module"},
+                            .guess_values = true};
 
 const std::vector<Launcher>& Launchers() {
   static const std::vector<Launcher> kLaunchers = {
@@ -70,18 +69,36 @@ const std::vector<Launcher>& Launchers() {
       {.name = "bun", .subcommand = "run", .guess_values = true},
       {.name = "Rscript", .code_flags = {"-e"}},
       {.name = "julia",
-       .value_flags = {"-p", "--procs", "-t", "--threads", "-J", "--sysimage", "-L", "--load",
-                       "-C", "--cpu-target", "-H", "--home"},
+       .value_flags = {"-p", "--procs", "-t", "--threads", "-J", "--sysimage", "-L", "--load", "-C",
+                       "--cpu-target", "-H", "--home"},
        .code_flags = {"-e", "--eval", "-E", "--print"}},
       {.name = "ruby", .value_flags = {"-r", "-I", "-C"}, .code_flags = {"-e"}},
       {.name = "perl", .value_flags = {"-I", "-M", "-m"}, .code_flags = {"-e", "-E"}},
       {.name = "uv",
        .subcommand = "run",
-       .value_flags = {"--with", "--with-requirements", "--with-editable", "--python", "-p",
-                       "--project", "--directory", "--package", "--extra", "--group",
-                       "--env-file", "--index", "--index-url", "--default-index",
-                       "--extra-index-url", "--find-links", "-f", "--upgrade-package", "-P",
-                       "--reinstall-package", "--cache-dir", "--config-file", "--color"},
+       .value_flags = {"--with",
+                       "--with-requirements",
+                       "--with-editable",
+                       "--python",
+                       "-p",
+                       "--project",
+                       "--directory",
+                       "--package",
+                       "--extra",
+                       "--group",
+                       "--env-file",
+                       "--index",
+                       "--index-url",
+                       "--default-index",
+                       "--extra-index-url",
+                       "--find-links",
+                       "-f",
+                       "--upgrade-package",
+                       "-P",
+                       "--reinstall-package",
+                       "--cache-dir",
+                       "--config-file",
+                       "--color"},
        .module_flags = {"-m", "--module"},
        .guess_values = true},
       {.name = "poetry", .subcommand = "run"},
@@ -115,7 +132,8 @@ const std::vector<Launcher>& Launchers() {
       {.name = "deepspeed",
        .value_flags = {"--num_gpus", "--num_nodes", "--hostfile", "-H", "--include", "-i",
                        "--exclude", "-e", "--master_port", "--master_addr", "--launcher"},
-       .boolean_flags = {"--no_python", "--no_local_rank", "--force_multi", "--enable_each_rank_log"},
+       .boolean_flags = {"--no_python", "--no_local_rank", "--force_multi",
+                         "--enable_each_rank_log"},
        .module_switches = {"--module"},
        .guess_values = true},
       {.name = "mpirun", .guess_values = true},
@@ -211,9 +229,9 @@ std::vector<std::vector<std::string>> ShellCommands(const std::string& text) {
 // The command of a shell line that names the job: the first one that is not
 // set-up (cd DIR && python train.py -> python train.py).
 std::vector<std::string> MainShellCommand(const std::string& code) {
-  static const std::set<std::string_view> kSetUp = {"cd",    "pushd", "popd",  "export", "source",
-                                                     ".",     "set",   "ulimit", "umask", "unset",
-                                                     "shopt", "trap",  "true",  ":"};
+  static const std::set<std::string_view> kSetUp = {"cd",    "pushd", "popd",   "export", "source",
+                                                    ".",     "set",   "ulimit", "umask",  "unset",
+                                                    "shopt", "trap",  "true",   ":"};
   std::vector<std::vector<std::string>> commands = ShellCommands(code);
   for (const auto& command : commands) {
     auto first = std::find_if(command.begin(), command.end(),
@@ -292,22 +310,19 @@ std::string NameOfCommand(const std::vector<std::string>& words, int depth) {
                               flag.find('c') != std::string::npos;
       if (launcher->code_flags.count(flag) || shell_code) {
         if (!launcher->shell || depth > 4) return fallback;
-        const std::string code = has_value ? word.substr(flag.size() + 1)
+        const std::string code = has_value              ? word.substr(flag.size() + 1)
                                  : i + 1 < words.size() ? words[i + 1]
                                                         : std::string();
         std::string inner = NameOfCommand(MainShellCommand(code), depth + 1);
         return inner.empty() ? fallback : inner;
       }
-      if (has_value || launcher->boolean_flags.count(flag)) {
-        ++i;
-      } else if (launcher->value_flags.count(flag)) {
-        i += 2;
-      } else if (launcher->guess_values && i + 1 < words.size() &&
-                 words[i + 1].rfind("-", 0) != 0 && !LooksRunnable(words, i + 1)) {
-        i += 2;  // torchrun --nnodes 2, mpirun -np 4
-      } else {
-        ++i;
-      }
+      // A flag with its value in the next word: a known one, or a guess
+      // (torchrun --nnodes 2, mpirun -np 4).
+      const bool value_next = !has_value && !launcher->boolean_flags.count(flag) &&
+                              (launcher->value_flags.count(flag) ||
+                               (launcher->guess_values && i + 1 < words.size() &&
+                                words[i + 1].rfind('-', 0) != 0 && !LooksRunnable(words, i + 1)));
+      i += value_next ? 2 : 1;
     }
     if (module_next && i < words.size()) return ModuleName(words[i]);
   }
@@ -320,7 +335,11 @@ std::string CutName(const std::string& name, size_t max) {
   size_t chars = 0;
   for (size_t i = 0; i < name.size() && chars < max;) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xe  ? 3
+                 : (c >> 3) == 0x1e ? 4
+                                    : 0;
     bool valid = len > 0 && i + len <= name.size();
     for (size_t k = 1; valid && k < len; ++k) {
       valid = (static_cast<unsigned char>(name[i + k]) >> 6) == 0x2;
@@ -349,8 +368,9 @@ std::string DefaultJobName(const std::vector<std::string>& command, const std::s
     if (base == "dataflow.yml" || base == "dataflow.yaml") {
       // examples/sensor/dataflow.yml -> sensor: the directory names the flow.
       const size_t slash = dataflow.rfind('/', dataflow.size() - base.size());
-      const std::string_view dir =
-          slash == std::string::npos ? std::string_view() : std::string_view(dataflow).substr(0, slash);
+      const std::string_view dir = slash == std::string::npos
+                                       ? std::string_view()
+                                       : std::string_view(dataflow).substr(0, slash);
       name = std::string(BaseName(dir));
       if (name.empty() || name == "." || name == ".." || name == "/") name = "dataflow";
     } else {

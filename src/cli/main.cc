@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -140,9 +141,7 @@ int ListRuns(bool as_json) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   // `ferry runtime` hands its arguments over untouched.
   if (argc >= 2 && std::string(argv[1]) == "runtime") {
     return ferry::flow::RunOperatorRuntime(argc - 1, argv + 1);
@@ -258,4 +257,20 @@ int main(int argc, char** argv) {
     return summary->exit_code;
   }
   return Fail("no command given (try `ferry --help`)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Errors travel as Status; an exception reaching this far (an allocation
+  // failure, a bug) still ends with a message and the exit code of an
+  // internal error instead of std::terminate's abort.
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "ferry: internal error: %s\n", error.what());
+  } catch (...) {
+    std::fprintf(stderr, "ferry: internal error: an unknown exception\n");
+  }
+  return 70;  // EX_SOFTWARE
 }

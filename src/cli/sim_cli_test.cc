@@ -18,7 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 struct Outcome {
   int code = 0;
   std::string out, err;

@@ -17,10 +17,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/c/abi.h"
-#include "ferry/exchange/column_path.h"
-#include "ferry/exchange/array.h"
 #include "ferry/base/status.h"
+#include "ferry/c/abi.h"
+#include "ferry/exchange/array.h"
+#include "ferry/exchange/column_path.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::internal {

@@ -1,5 +1,7 @@
 #include "ferry/exchange/buffer.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -8,8 +10,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-
-#include <sys/mman.h>
 
 #include "ferry/base/telemetry.h"
 
@@ -50,7 +50,7 @@ class HeapPool final : public MemoryPool {
   }
 
   Result<uint8_t*> Reallocate(uint8_t* data, int64_t old_size, int64_t new_size) override {
-    FERRY_ASSIGN_OR_RAISE(uint8_t* fresh, Allocate(new_size));
+    FERRY_ASSIGN_OR_RAISE(uint8_t * fresh, Allocate(new_size));
     if (data != nullptr) {
       std::memcpy(fresh, data, static_cast<size_t>(std::min(old_size, new_size)));
       Free(data, old_size);

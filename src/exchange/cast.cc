@@ -8,10 +8,14 @@ namespace {
 // Maps each type id to the id of its physical layout class.
 TypeId LayoutClass(TypeId id) {
   switch (id) {
-    case TypeId::kUtf8: return TypeId::kBinary;
-    case TypeId::kLargeUtf8: return TypeId::kLargeBinary;
-    case TypeId::kUtf8View: return TypeId::kBinaryView;
-    default: return id;
+    case TypeId::kUtf8:
+      return TypeId::kBinary;
+    case TypeId::kLargeUtf8:
+      return TypeId::kLargeBinary;
+    case TypeId::kUtf8View:
+      return TypeId::kBinaryView;
+    default:
+      return id;
   }
 }
 
@@ -49,8 +53,8 @@ Result<ArrayDataPtr> ViewAs(const ArrayDataPtr& data, const TypePtr& to, bool ch
   out->type = to;
   const DataType& to_type = *to;
   for (size_t i = 0; i < out->children.size(); ++i) {
-    FERRY_ASSIGN_OR_RAISE(out->children[i], ViewAs(out->children[i], to_type.children[i].type,
-                                                   check_utf8));
+    FERRY_ASSIGN_OR_RAISE(out->children[i],
+                          ViewAs(out->children[i], to_type.children[i].type, check_utf8));
   }
   if (out->dictionary) {
     FERRY_ASSIGN_OR_RAISE(out->dictionary, ViewAs(out->dictionary, to_type.value_type, check_utf8));

@@ -21,7 +21,8 @@ Result<BufferPtr> MakeValidity(int64_t length, const std::vector<bool>& valid, i
 }
 
 // A utf8 array (or the given validity) from strings.
-Result<ArrayDataPtr> MakeUtf8(const std::vector<std::string>& values, const std::vector<bool>& valid) {
+Result<ArrayDataPtr> MakeUtf8(const std::vector<std::string>& values,
+                              const std::vector<bool>& valid) {
   const auto length = static_cast<int64_t>(values.size());
   int64_t total = 0;
   for (const auto& value : values) total += static_cast<int64_t>(value.size());
@@ -59,8 +60,10 @@ Result<ArrayDataPtr> MakeFixed(TypePtr type, int64_t length, T (*value_of)(int64
 }  // namespace
 
 Result<RecordBatchPtr> MakeSampleBatch(int64_t num_rows) {
-  if (num_rows < 0) return Status::Invalid("num_rows must be >= 0, got " + std::to_string(num_rows));
-  FERRY_ASSIGN_OR_RAISE(auto ids, MakeFixed<int64_t>(int64(), num_rows, [](int64_t i) { return i; }));
+  if (num_rows < 0)
+    return Status::Invalid("num_rows must be >= 0, got " + std::to_string(num_rows));
+  FERRY_ASSIGN_OR_RAISE(auto ids,
+                        MakeFixed<int64_t>(int64(), num_rows, [](int64_t i) { return i; }));
   FERRY_ASSIGN_OR_RAISE(auto scores, MakeFixed<double>(float64(), num_rows, [](int64_t i) {
                           return static_cast<double>(i) * 0.5;
                         }));
@@ -70,7 +73,8 @@ Result<RecordBatchPtr> MakeSampleBatch(int64_t num_rows) {
   std::vector<int32_t> tag_offsets{0};
   for (int64_t i = 0; i < num_rows; ++i) {
     name_valid[static_cast<size_t>(i)] = i % 7 != 6;
-    if (name_valid[static_cast<size_t>(i)]) names[static_cast<size_t>(i)] = "row-" + std::to_string(i);
+    if (name_valid[static_cast<size_t>(i)])
+      names[static_cast<size_t>(i)] = "row-" + std::to_string(i);
     for (int64_t t = 0; t < i % 3; ++t) tag_values.push_back("t" + std::to_string(t));
     tag_offsets.push_back(static_cast<int32_t>(tag_values.size()));
   }

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "exchange/stream_internal.h"
-#include "ferry/exchange/bridge.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/bridge.h"
 
 namespace ferry {
 

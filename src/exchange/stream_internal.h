@@ -10,11 +10,11 @@
 #include <string>
 #include <utility>
 
+#include "ferry/base/status.h"
+#include "ferry/base/telemetry.h"
 #include "ferry/c/abi.h"
 #include "ferry/exchange/bridge.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
-#include "ferry/base/telemetry.h"
 
 namespace ferry::internal {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/exchange/bridge.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/bridge.h"
 #include "testing/test_util.h"
 
 namespace ferry {

@@ -17,7 +17,6 @@ namespace ferry {
 
 namespace {
 
-
 // Deeper trees are refused before any recursion, so a hostile schema cannot
 // exhaust the stack of the validator (or of ValidateType).
 constexpr int kMaxNestingDepth = 128;

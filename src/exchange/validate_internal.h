@@ -8,13 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/column_path.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::internal {
-
 
 // ValidateStructural's checks of the root's type, in its order: nesting no
 // deeper than 128 type levels, then ValidateType. A type that

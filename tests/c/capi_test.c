@@ -10,22 +10,22 @@
 static int failures = 0;
 static int checks = 0;
 
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    ++checks;                                                        \
-    if (!(cond)) {                                                   \
-      ++failures;                                                    \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    ++checks;                                                                  \
+    if (!(cond)) {                                                             \
+      ++failures;                                                              \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                \
+    }                                                                          \
   } while (0)
 
-#define CHECK_CONTAINS(text, part)                                           \
-  do {                                                                       \
-    ++checks;                                                                \
-    if (strstr((text), (part)) == NULL) {                                    \
-      ++failures;                                                            \
+#define CHECK_CONTAINS(text, part)                                                                \
+  do {                                                                                            \
+    ++checks;                                                                                     \
+    if (strstr((text), (part)) == NULL) {                                                         \
+      ++failures;                                                                                 \
       fprintf(stderr, "%s:%d: '%s' does not contain '%s'\n", __FILE__, __LINE__, (text), (part)); \
-    }                                                                        \
+    }                                                                                             \
   } while (0)
 
 /* ---- A hand-made producer ------------------------------------------------- */
@@ -278,8 +278,8 @@ static void test_import_rejects_and_releases(void) {
   struct FerryArray* handle = (struct FerryArray*)0x1;
   CHECK(ferry_array_import(&array, &schema, &handle, &error) == EINVAL);
   CHECK(handle == NULL);
-  CHECK(array.release == NULL);                     /* taken and released */
-  CHECK(array_releases == releases_before + 1);     /* exactly once */
+  CHECK(array.release == NULL);                 /* taken and released */
+  CHECK(array_releases == releases_before + 1); /* exactly once */
   schema.release(&schema);
 }
 

@@ -32,8 +32,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <new>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,7 +42,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct FakeContext { int dummy; };
+struct FakeContext {
+  int dummy;
+};
 FakeContext g_context;
 
 // ---- Shared pages of interprocess memory and events ---------------------------
@@ -123,7 +125,9 @@ struct WireHandle {
 };
 static_assert(sizeof(WireHandle) <= CU_IPC_HANDLE_SIZE);
 
-struct FakeStream { Clock::time_point busy_until; };
+struct FakeStream {
+  Clock::time_point busy_until;
+};
 struct FakeEvent {
   Clock::time_point ready_at;
   bool recorded = false;
@@ -131,15 +135,19 @@ struct FakeEvent {
   int fd = -1;                    // the exporter's memfd
   bool imported = false;
 };
-struct FakeModule { int dummy; };
+struct FakeModule {
+  int dummy;
+};
 enum Kernel { kFill = 1, kSum, kSumBytes, kDelay };
-struct FakeFunction { Kernel kernel; };
+struct FakeFunction {
+  Kernel kernel;
+};
 
 struct Allocation {
   char kind;  // 'd' device, 'h' host, 'm' managed
   size_t size;
-  int fd = -1;         // device memory: its memfd
-  size_t mapped = 0;   // device memory: bytes mapped, trailer page included
+  int fd = -1;        // device memory: its memfd
+  size_t mapped = 0;  // device memory: bytes mapped, trailer page included
   MemoryTrailer* trailer = nullptr;
 };
 
@@ -170,10 +178,13 @@ int64_t ToNanos(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 Clock::time_point FromNanos(int64_t nanos) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(nanos)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(nanos)));
 }
 
-bool EventRecorded(const FakeEvent* e) { return e->shared ? e->shared->recorded.load() != 0 : e->recorded; }
+bool EventRecorded(const FakeEvent* e) {
+  return e->shared ? e->shared->recorded.load() != 0 : e->recorded;
+}
 Clock::time_point EventReadyAt(const FakeEvent* e) {
   return e->shared ? FromNanos(e->shared->ready_at_ns.load()) : e->ready_at;
 }
@@ -328,16 +339,36 @@ extern "C" {
 
 CUresult cuGetErrorName(CUresult error, const char** name) {
   switch (error) {
-    case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; return CUDA_SUCCESS;
-    case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return CUDA_SUCCESS;
-    case CUDA_ERROR_OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
-    case CUDA_ERROR_NO_DEVICE: *name = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
-    case CUDA_ERROR_INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; return CUDA_SUCCESS;
-    case CUDA_ERROR_NOT_READY: *name = "CUDA_ERROR_NOT_READY"; return CUDA_SUCCESS;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; return CUDA_SUCCESS;
-    case CUDA_ERROR_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
-    case CUDA_ERROR_INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; return CUDA_SUCCESS;
-    default: *name = nullptr; return CUDA_ERROR_INVALID_VALUE;
+    case CUDA_SUCCESS:
+      *name = "CUDA_SUCCESS";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE:
+      *name = "CUDA_ERROR_INVALID_VALUE";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      *name = "CUDA_ERROR_OUT_OF_MEMORY";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_DEVICE:
+      *name = "CUDA_ERROR_NO_DEVICE";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_CONTEXT:
+      *name = "CUDA_ERROR_INVALID_CONTEXT";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_READY:
+      *name = "CUDA_ERROR_NOT_READY";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      *name = "CUDA_ERROR_ILLEGAL_ADDRESS";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_FOUND:
+      *name = "CUDA_ERROR_NOT_FOUND";
+      return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_IMAGE:
+      *name = "CUDA_ERROR_INVALID_IMAGE";
+      return CUDA_SUCCESS;
+    default:
+      *name = nullptr;
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 CUresult cuGetErrorString(CUresult error, const char** text) {
@@ -350,7 +381,10 @@ CUresult cuInit(unsigned int flags) {
   g_initialized = true;
   return CUDA_SUCCESS;
 }
-CUresult cuDriverGetVersion(int* v) { *v = 13000; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
 CUresult cuDeviceGetCount(int* count) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   *count = Env("FAKE_CUDA_DEVICES", 1);
@@ -367,11 +401,20 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice) {
 }
 CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice) {
   switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = Env("FAKE_CUDA_MANAGED", 1); break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1500000; break;
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: *value = Env("FAKE_CUDA_IPC", 1); break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+      *value = Env("FAKE_CUDA_MANAGED", 1);
+      break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *value = 1500000;
+      break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+      *value = Env("FAKE_CUDA_IPC", 1);
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -387,7 +430,10 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
-  if (t_stack.empty()) { ++g_bad; return CUDA_ERROR_INVALID_CONTEXT; }
+  if (t_stack.empty()) {
+    ++g_bad;
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   if (ctx) *ctx = t_stack.back();
   t_stack.pop_back();
   ++g_pops;
@@ -418,7 +464,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
 CUresult cuMemFree_v2(CUdeviceptr p) { return Free(reinterpret_cast<void*>(p), "dm"); }
 CUresult cuMemAllocHost_v2(void** p, size_t size) { return Allocate(p, size, 'h'); }
 CUresult cuMemHostAlloc(void** p, size_t size, unsigned int flags) {
-  if (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+  if (flags &
+      ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
     return CUDA_ERROR_INVALID_VALUE;
   return Allocate(p, size, 'h');
 }
@@ -455,7 +502,10 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto* s = reinterpret_cast<FakeStream*>(stream);
   auto it = std::find(g_streams.begin(), g_streams.end(), s);
-  if (it == g_streams.end()) { ++g_bad; return CUDA_ERROR_INVALID_HANDLE; }
+  if (it == g_streams.end()) {
+    ++g_bad;
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   g_streams.erase(it);
   delete s;
   return CUDA_SUCCESS;
@@ -507,7 +557,8 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
   return CUDA_SUCCESS;
 }
 CUresult cuEventQuery(CUevent event) {
-  if (Env("FAKE_CUDA_QUERY_ERROR", 0)) return static_cast<CUresult>(Env("FAKE_CUDA_QUERY_ERROR", 0));
+  if (Env("FAKE_CUDA_QUERY_ERROR", 0))
+    return static_cast<CUresult>(Env("FAKE_CUDA_QUERY_ERROR", 0));
   auto* e = reinterpret_cast<FakeEvent*>(event);
   return Clock::now() >= EventReadyAt(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -521,7 +572,8 @@ CUresult cuEventDestroy_v2(CUevent event) {
       --g_opened_events;
     } else if (e->shared->importers.AnyAlive()) {
       ++g_bad;
-      fprintf(stderr, "FAKE CUDA: interprocess event destroyed while another process has it open\n");
+      fprintf(stderr,
+              "FAKE CUDA: interprocess event destroyed while another process has it open\n");
     }
     munmap(e->shared, PageSize());
     if (e->fd >= 0) close(e->fd);
@@ -533,7 +585,8 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr po
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   void* found = nullptr;
   size_t found_size = 0;
-  if (!FindRange(reinterpret_cast<void*>(pointer), &found, &found_size)) return CUDA_ERROR_NOT_FOUND;
+  if (!FindRange(reinterpret_cast<void*>(pointer), &found, &found_size))
+    return CUDA_ERROR_NOT_FOUND;
   if (base) *base = reinterpret_cast<CUdeviceptr>(found);
   if (size) *size = found_size;
   return CUDA_SUCCESS;
@@ -544,7 +597,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pointer) {
   auto it = g_allocations.find(reinterpret_cast<void*>(pointer));
   // Only the base of plain device memory has a handle.
   if (it == g_allocations.end() || it->second.kind != 'd') return CUDA_ERROR_INVALID_VALUE;
-  WireHandle wire{kMemoryHandleMagic, getpid(), it->second.fd, 0, it->second.size,
+  WireHandle wire{kMemoryHandleMagic,        getpid(), it->second.fd, 0, it->second.size,
                   it->second.trailer->serial};
   memset(handle, 0, sizeof(*handle));
   memcpy(handle, &wire, sizeof(wire));
@@ -568,7 +621,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsi
   const size_t mapped = RoundToPage(wire.size) + PageSize();
   void* base = MapPeerFile(wire.pid, wire.fd, mapped);
   if (base == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto* trailer = reinterpret_cast<MemoryTrailer*>(static_cast<char*>(base) + RoundToPage(wire.size));
+  auto* trailer =
+      reinterpret_cast<MemoryTrailer*>(static_cast<char*>(base) + RoundToPage(wire.size));
   if (trailer->magic != kMemoryHandleMagic || trailer->serial != wire.serial) {
     munmap(base, mapped);  // the descriptor now names other memory: a stale handle
     return CUDA_ERROR_INVALID_HANDLE;
@@ -642,11 +696,16 @@ CUresult cuModuleLoadData(CUmodule* module, const void* image) {
 CUresult cuModuleGetFunction(CUfunction* function, CUmodule, const char* name) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
   Kernel k;
-  if (!strcmp(name, "ferry_fill_sequence")) k = kFill;
-  else if (!strcmp(name, "ferry_sum")) k = kSum;
-  else if (!strcmp(name, "ferry_sum_bytes")) k = kSumBytes;
-  else if (!strcmp(name, "ferry_delay")) k = kDelay;
-  else return CUDA_ERROR_NOT_FOUND;
+  if (!strcmp(name, "ferry_fill_sequence"))
+    k = kFill;
+  else if (!strcmp(name, "ferry_sum"))
+    k = kSum;
+  else if (!strcmp(name, "ferry_sum_bytes"))
+    k = kSumBytes;
+  else if (!strcmp(name, "ferry_delay"))
+    k = kDelay;
+  else
+    return CUDA_ERROR_NOT_FOUND;
   static FakeFunction functions[5] = {{kFill}, {kFill}, {kSum}, {kSumBytes}, {kDelay}};
   *function = reinterpret_cast<CUfunction>(&functions[k]);
   return CUDA_SUCCESS;
@@ -660,7 +719,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                         CUstream stream, void** params, void** extra) {
   if (!HaveContext()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (Env("FAKE_CUDA_LAUNCH_ERROR", 0)) return static_cast<CUresult>(Env("FAKE_CUDA_LAUNCH_ERROR", 0));
+  if (Env("FAKE_CUDA_LAUNCH_ERROR", 0))
+    return static_cast<CUresult>(Env("FAKE_CUDA_LAUNCH_ERROR", 0));
   if (gx == 0 || gx > 2147483647u || gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 ||
       bx > 1024 || extra != nullptr || stream == nullptr)
     return CUDA_ERROR_INVALID_VALUE;

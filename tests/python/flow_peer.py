@@ -11,14 +11,16 @@ from ferry.flow import Subscriber
 
 
 def region_of(address):
-    """The /proc/self/maps line whose range holds `address`."""
+    """The mapping (path, offset) and permissions of `address` in this process,
+    from the /proc/self/maps line whose range holds it (test_node.py uses it too)."""
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             start, end = (int(x, 16) for x in fields[0].split("-"))
             if start <= address < end:
                 path = fields[5].strip() if len(fields) > 5 else ""
-                return {"perms": fields[1], "path": path}
+                return {"path": path, "perms": fields[1],
+                        "offset": int(fields[2], 16) + address - start}
     return None
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import ferry
 from ferry.flow import Node
+from flow_peer import region_of
 
 
 def channel(what):
@@ -32,19 +33,6 @@ def config(node, inputs=(), outputs=()):
                    for i, c in inputs],
         "outputs": [{"id": o, "channel": c} for o, c in outputs],
     })
-
-
-def region_of(address):
-    """The memfd (path, offset) and permissions of `address` in this process."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if start <= address < end:
-                path = fields[5].strip() if len(fields) > 5 else ""
-                return {"path": path, "perms": fields[1],
-                        "offset": int(fields[2], 16) + address - start}
-    return None
 
 
 def copied_bytes():

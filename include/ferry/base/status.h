@@ -16,15 +16,15 @@ namespace ferry {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalid,          // malformed input: a format string, an array, a YAML file
-  kTypeError,        // a value of the wrong type
-  kIndexError,       // an index or offset outside its range
-  kOutOfMemory,      // an allocation failed
-  kNotImplemented,   // a valid request Ferry does not support
-  kIOError,          // an operating-system call failed
-  kCancelled,        // the operation was cancelled
-  kTimedOut,         // a wait ran past its deadline
-  kUnknownError,     // anything else, e.g. a foreign callback returning an unknown code
+  kInvalid,         // malformed input: a format string, an array, a YAML file
+  kTypeError,       // a value of the wrong type
+  kIndexError,      // an index or offset outside its range
+  kOutOfMemory,     // an allocation failed
+  kNotImplemented,  // a valid request Ferry does not support
+  kIOError,         // an operating-system call failed
+  kCancelled,       // the operation was cancelled
+  kTimedOut,        // a wait ran past its deadline
+  kUnknownError,    // anything else, e.g. a foreign callback returning an unknown code
 };
 
 // Thread-compatible value type: copying shares the immutable error state.
@@ -89,21 +89,22 @@ const char* StatusCodeName(StatusCode code) noexcept;
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : storage_(std::move(value)) {}  // NOLINT(google-explicit-constructor): ergonomic returns
+  Result(T value)
+      : storage_(std::move(value)) {}  // NOLINT(google-explicit-constructor): ergonomic returns
   Result(Status status) : storage_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(storage_).ok()) {
       storage_ = Status::UnknownError("Result constructed from an OK Status without a value");
     }
   }
-  template <typename U,
-            typename = std::enable_if_t<std::is_convertible_v<U&&, T> && !std::is_same_v<std::decay_t<U>, T> &&
-                                        !std::is_same_v<std::decay_t<U>, Status>>>
+  template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
+                                                    !std::is_same_v<std::decay_t<U>, T> &&
+                                                    !std::is_same_v<std::decay_t<U>, Status>>>
   Result(U&& value) : storage_(T(std::forward<U>(value))) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const noexcept { return std::holds_alternative<T>(storage_); }
   const Status& status() const& noexcept {
     static const Status kOk;
-    return ok() ? kOk : std::get<Status>(storage_);
+    return ok() ? kOk : *std::get_if<Status>(&storage_);  // get_if: nothing to throw
   }
   Status status() && { return ok() ? Status::OK() : std::get<Status>(std::move(storage_)); }
 
@@ -128,16 +129,19 @@ class [[nodiscard]] Result {
 #define FERRY_CONCAT(a, b) FERRY_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define FERRY_RETURN_NOT_OK(expr)                 \
-  do {                                            \
-    ::ferry::Status _ferry_status = (expr);       \
+#define FERRY_RETURN_NOT_OK(expr)                  \
+  do {                                             \
+    ::ferry::Status _ferry_status = (expr);        \
     if (!_ferry_status.ok()) return _ferry_status; \
   } while (false)
 
-#define FERRY_ASSIGN_OR_RAISE_IMPL(result_name, lhs, rexpr) \
-  auto&& result_name = (rexpr);                             \
+// `lhs` may be a declaration ("auto x"), which parentheses would break.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define FERRY_ASSIGN_OR_RAISE_IMPL(result_name, lhs, rexpr)      \
+  auto&& result_name = (rexpr);                                  \
   if (!result_name.ok()) return std::move(result_name).status(); \
   lhs = std::move(result_name).MoveValueUnsafe()
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Evaluates `rexpr` (a Result<T>); returns its error, or assigns its value to `lhs`.
 #define FERRY_ASSIGN_OR_RAISE(lhs, rexpr) \

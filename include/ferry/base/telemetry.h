@@ -12,23 +12,23 @@
 namespace ferry::telemetry {
 
 enum class Counter : int {
-  kBytesCopiedH2D,       // host → device
-  kBytesCopiedD2H,       // device → host
-  kBytesCopiedD2D,       // device → device
-  kBytesCopiedHost,      // host memcpy (e.g. CopyOf, send_copy)
-  kZeroCopyExports,      // arrays/batches exported without a copy
-  kZeroCopyImports,      // arrays/batches imported without a copy
+  kBytesCopiedH2D,   // host → device
+  kBytesCopiedD2H,   // device → host
+  kBytesCopiedD2D,   // device → device
+  kBytesCopiedHost,  // host memcpy (e.g. CopyOf, send_copy)
+  kZeroCopyExports,  // arrays/batches exported without a copy
+  kZeroCopyImports,  // arrays/batches imported without a copy
   kSchemaExports,
   kSchemaImports,
   kStreamBatchesExported,
   kStreamBatchesImported,
-  kEventWaits,           // sync-event waits performed
-  kEventWaitNanos,       // total time spent in those waits
-  kReleases,             // release callbacks Ferry ran for structs it exported
-  kForeignReleases,      // release callbacks of foreign structs Ferry invoked
-  kReleaseErrors,        // release on an already released struct, null release, ...
-  kValidationErrors,     // imports rejected by validation
-  kCount,                // number of counters (not a counter)
+  kEventWaits,        // sync-event waits performed
+  kEventWaitNanos,    // total time spent in those waits
+  kReleases,          // release callbacks Ferry ran for structs it exported
+  kForeignReleases,   // release callbacks of foreign structs Ferry invoked
+  kReleaseErrors,     // release on an already released struct, null release, ...
+  kValidationErrors,  // imports rejected by validation
+  kCount,             // number of counters (not a counter)
 };
 
 // Reasons a zero-copy exchange fell back to a copy or was refused.

@@ -157,14 +157,13 @@ struct ArrowAsyncProducer {
 
 struct ArrowAsyncDeviceStreamHandler {
   /* Called once, first, with the stream's schema and the producer */
-  int (*on_schema)(struct ArrowAsyncDeviceStreamHandler* self,
-                   struct ArrowSchema* stream_schema);
+  int (*on_schema)(struct ArrowAsyncDeviceStreamHandler* self, struct ArrowSchema* stream_schema);
   /* Called for each requested chunk; task == NULL marks the end */
-  int (*on_next_task)(struct ArrowAsyncDeviceStreamHandler* self,
-                      struct ArrowAsyncTask* task, const char* metadata);
+  int (*on_next_task)(struct ArrowAsyncDeviceStreamHandler* self, struct ArrowAsyncTask* task,
+                      const char* metadata);
   /* Called once on an error; nothing follows but release */
-  void (*on_error)(struct ArrowAsyncDeviceStreamHandler* self, int code,
-                   const char* message, const char* metadata);
+  void (*on_error)(struct ArrowAsyncDeviceStreamHandler* self, int code, const char* message,
+                   const char* metadata);
 
   /* Release callback */
   void (*release)(struct ArrowAsyncDeviceStreamHandler* self);

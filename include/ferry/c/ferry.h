@@ -57,8 +57,7 @@ int ferry_schema_describe(const struct ArrowSchema* schema, char* out, size_t ou
 /* As ferry_schema_describe, for the values of `array` (both borrowed). The
  * array is validated structurally first. */
 int ferry_array_describe(const struct ArrowArray* array, const struct ArrowSchema* schema,
-                         char* out, size_t out_size, size_t* out_length,
-                         struct FerryError* error);
+                         char* out, size_t out_size, size_t* out_length, struct FerryError* error);
 
 /* ---- Import and export ---------------------------------------------------- */
 
@@ -108,8 +107,8 @@ int ferry_make_sample_batch(int64_t num_rows, struct ArrowArray* out_array,
 /* Reads every batch of `stream` (ownership taken; released before return,
  * also on failure), validating each structurally; stores the number of
  * batches and rows. A stream error is reported with its get_last_error text. */
-int ferry_stream_drain(struct ArrowArrayStream* stream, int64_t* out_batches,
-                       int64_t* out_rows, struct FerryError* error);
+int ferry_stream_drain(struct ArrowArrayStream* stream, int64_t* out_batches, int64_t* out_rows,
+                       struct FerryError* error);
 
 /* ---- Telemetry ------------------------------------------------------------- */
 

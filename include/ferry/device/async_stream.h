@@ -23,10 +23,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "ferry/base/status.h"
 #include "ferry/c/abi.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::device {

@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/c/abi.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 
 namespace ferry::device {
 
@@ -235,8 +235,8 @@ class DeviceRegistry {
 // default queue), choosing the direction and counting it in telemetry.
 // Device-to-device across different devices stages through the host when
 // no peer path exists (counted as D2H + H2D).
-Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void* dst,
-                   int64_t size, Queue* queue = nullptr);
+Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void* dst, int64_t size,
+                   Queue* queue = nullptr);
 
 // An Arrow array whose buffers live on `device`, with the event recorded
 // after the producer's last write (null when the data is ready).

@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/c/abi.h"
 #include "ferry/device/device.h"
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/array.h"
-#include "ferry/base/status.h"
 
 namespace ferry::device {
 

@@ -45,8 +45,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/device/device.h"
 #include "ferry/base/status.h"
+#include "ferry/device/device.h"
 
 namespace ferry::device {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/device/device.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/device/device.h"
 
 namespace ferry::device {
 

@@ -35,9 +35,9 @@
 // buffer keeps nothing of the producer's, so its release may run during import.
 #pragma once
 
+#include "ferry/base/status.h"
 #include "ferry/c/abi.h"
 #include "ferry/exchange/array.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {

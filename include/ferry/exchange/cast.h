@@ -6,8 +6,8 @@
 // UTF-8 check (done here when `check_utf8` is true).
 #pragma once
 
-#include "ferry/exchange/array.h"
 #include "ferry/base/status.h"
+#include "ferry/exchange/array.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry {

@@ -2,8 +2,8 @@
 // ferry_make_sample_batch, the Python demo and the benchmarks.
 #pragma once
 
-#include "ferry/exchange/array.h"
 #include "ferry/base/status.h"
+#include "ferry/exchange/array.h"
 
 namespace ferry {
 

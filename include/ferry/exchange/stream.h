@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/c/abi.h"
 #include "ferry/exchange/array.h"
-#include "ferry/base/status.h"
 
 namespace ferry {
 

@@ -92,14 +92,14 @@ struct Field {
 class DataType {
  public:
   TypeId id = TypeId::kNull;
-  int32_t byte_width = 0;      // kFixedSizeBinary; decimals: 4, 8, 16, 32
-  int32_t precision = 0;       // decimals
-  int32_t scale = 0;           // decimals
+  int32_t byte_width = 0;             // kFixedSizeBinary; decimals: 4, 8, 16, 32
+  int32_t precision = 0;              // decimals
+  int32_t scale = 0;                  // decimals
   TimeUnit unit = TimeUnit::kSecond;  // kTime32, kTime64, kTimestamp, kDuration
-  std::string timezone;        // kTimestamp; empty = naive
-  int32_t list_size = 0;       // kFixedSizeList
-  bool keys_sorted = false;    // kMap
-  std::vector<int8_t> type_codes;  // unions: one per child
+  std::string timezone;               // kTimestamp; empty = naive
+  int32_t list_size = 0;              // kFixedSizeList
+  bool keys_sorted = false;           // kMap
+  std::vector<int8_t> type_codes;     // unions: one per child
   // Children: list-likes 1 (the item field), struct N, map 1 (a non-nullable
   // struct "entries" of key and value), unions N, run-end encoded 2
   // (run_ends, values).

@@ -29,8 +29,8 @@
 // entries and keys, and the order of dense-union offsets.
 #pragma once
 
-#include "ferry/exchange/array.h"
 #include "ferry/base/status.h"
+#include "ferry/exchange/array.h"
 
 namespace ferry {
 

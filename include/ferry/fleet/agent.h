@@ -19,18 +19,18 @@ namespace ferry::fleet {
 
 struct AgentOptions {
   std::string server_url = "http://127.0.0.1:8700";  // https://: TLS, the server verified
-  std::string ca_file;        // PEM CAs to verify an https server with; empty: the system's
-  std::string token;          // bearer token of an agent identity
-  std::string node_name;      // default: the host name
+  std::string ca_file;    // PEM CAs to verify an https server with; empty: the system's
+  std::string token;      // bearer token of an agent identity
+  std::string node_name;  // default: the host name
   std::string pool = "default";
   std::map<std::string, std::string> labels;
-  double cpus = 0;            // 0: the machine's
-  int64_t memory_mb = 0;      // 0: the machine's
+  double cpus = 0;        // 0: the machine's
+  int64_t memory_mb = 0;  // 0: the machine's
   // Declared GPUs, used when NVML finds none (or when `ignore_nvml`).
   std::vector<GpuInventory> declared_gpus;
   bool ignore_nvml = false;
-  std::string work_dir = ".";      // tasks run here unless the spec says otherwise
-  int64_t sync_wait_ms = 2'000;    // long-poll wait per sync
+  std::string work_dir = ".";    // tasks run here unless the spec says otherwise
+  int64_t sync_wait_ms = 2'000;  // long-poll wait per sync
   // The address other nodes reach this one at (a gang's MASTER_ADDR when it
   // runs task 0 here). Empty: the local address of the route to the server,
   // else the host name.

@@ -40,28 +40,36 @@ bool IsTerminal(JobState state);
 // to users. The list is closed; docs/fleet-api.md explains each one.
 namespace reason {
 inline constexpr std::string_view kSubmitted = "SUBMITTED";
-inline constexpr std::string_view kNoCapacity = "NO_CAPACITY";            // fits the fleet, not free now
-inline constexpr std::string_view kGangIncomplete = "GANG_INCOMPLETE";    // some tasks would fit, not all
-inline constexpr std::string_view kUnsatisfiable = "CONSTRAINT_UNSATISFIABLE";  // no node could ever fit
+inline constexpr std::string_view kNoCapacity = "NO_CAPACITY";  // fits the fleet, not free now
+inline constexpr std::string_view kGangIncomplete =
+    "GANG_INCOMPLETE";  // some tasks would fit, not all
+inline constexpr std::string_view kUnsatisfiable =
+    "CONSTRAINT_UNSATISFIABLE";  // no node could ever fit
 inline constexpr std::string_view kPlaced = "PLACED";
 inline constexpr std::string_view kTasksStarted = "TASKS_STARTED";
 inline constexpr std::string_view kExitedZero = "EXITED_ZERO";
-inline constexpr std::string_view kExitedNonZero = "EXITED_NONZERO";     // a task exited != 0
+inline constexpr std::string_view kExitedNonZero = "EXITED_NONZERO";  // a task exited != 0
 inline constexpr std::string_view kKilledBySignal = "KILLED_BY_SIGNAL";
-inline constexpr std::string_view kLaunchFailed = "LAUNCH_FAILED";       // the agent could not start it
+inline constexpr std::string_view kLaunchFailed = "LAUNCH_FAILED";  // the agent could not start it
 inline constexpr std::string_view kCancelledByUser = "CANCELLED_BY_USER";
 inline constexpr std::string_view kMaxRuntimeExceeded = "MAX_RUNTIME_EXCEEDED";
-inline constexpr std::string_view kNodeLost = "NODE_LOST";               // lease expired
+inline constexpr std::string_view kNodeLost = "NODE_LOST";  // lease expired
 inline constexpr std::string_view kRequeued = "REQUEUED";
 inline constexpr std::string_view kRetryLimit = "RETRY_LIMIT";
 inline constexpr std::string_view kPreemptedByPriority = "PREEMPTED_BY_PRIORITY";
 // Scheduling policies.
-inline constexpr std::string_view kQuotaExceeded = "QUOTA_EXCEEDED";     // over quota, nothing to borrow
-inline constexpr std::string_view kPolicy = "POLICY";                    // held by a policy (backfill reservation, preemption rate limit)
-inline constexpr std::string_view kWaitingForPreemption = "WAITING_FOR_PREEMPTION";  // victims are ending
-inline constexpr std::string_view kWaitingForProvisioning = "WAITING_FOR_PROVISIONING";  // cloud nodes on the way
-inline constexpr std::string_view kPreemptedForFairShare = "PREEMPTED_FOR_FAIR_SHARE";  // borrowed capacity reclaimed
-inline constexpr std::string_view kSpotInterrupted = "SPOT_INTERRUPTED";  // the provider took the node back
+inline constexpr std::string_view kQuotaExceeded =
+    "QUOTA_EXCEEDED";  // over quota, nothing to borrow
+inline constexpr std::string_view kPolicy =
+    "POLICY";  // held by a policy (backfill reservation, preemption rate limit)
+inline constexpr std::string_view kWaitingForPreemption =
+    "WAITING_FOR_PREEMPTION";  // victims are ending
+inline constexpr std::string_view kWaitingForProvisioning =
+    "WAITING_FOR_PROVISIONING";  // cloud nodes on the way
+inline constexpr std::string_view kPreemptedForFairShare =
+    "PREEMPTED_FOR_FAIR_SHARE";  // borrowed capacity reclaimed
+inline constexpr std::string_view kSpotInterrupted =
+    "SPOT_INTERRUPTED";  // the provider took the node back
 }  // namespace reason
 
 enum class Role {
@@ -91,25 +99,25 @@ struct JobSpec {
   static constexpr int kMaxGpusPerTask = 64;
   static constexpr int kMaxArgs = 4096;
 
-  std::string name;                          // 1..128 chars
-  std::vector<std::string> command;          // argv; empty only when `dataflow` is set
+  std::string name;                  // 1..128 chars
+  std::vector<std::string> command;  // argv; empty only when `dataflow` is set
   std::map<std::string, std::string> env;
-  std::string working_dir;                   // on the node; empty: the agent's work dir
-  std::string dataflow;                      // path of a dataflow.yml run with `ferry run`
-  int tasks = 1;                             // gang size: all start together or none
+  std::string working_dir;  // on the node; empty: the agent's work dir
+  std::string dataflow;     // path of a dataflow.yml run with `ferry run`
+  int tasks = 1;            // gang size: all start together or none
   int gpus_per_task = 0;
-  std::vector<std::string> gpu_models;       // any of these models; empty: any model
+  std::vector<std::string> gpu_models;  // any of these models; empty: any model
   double cpus_per_task = 1.0;
-  int64_t memory_mb_per_task = 0;            // 0: no memory requirement
-  int priority = 0;                          // higher runs first; -1000..1000
+  int64_t memory_mb_per_task = 0;  // 0: no memory requirement
+  int priority = 0;                // higher runs first; -1000..1000
   bool preemptible = false;
-  int64_t max_runtime_seconds = 0;           // 0: unlimited
-  int max_retries = 3;                       // requeues after LOST/PREEMPTED
+  int64_t max_runtime_seconds = 0;  // 0: unlimited
+  int max_retries = 3;              // requeues after LOST/PREEMPTED
   std::map<std::string, std::string> labels;
   // Scheduling hints.
-  std::string topology;                      // "", "same_node" or "same_domain" (a preference)
-  std::vector<std::string> datasets;         // data sets the job reads (locality scoring)
-  std::string pool_set;                      // the scheduler config's pool set; "": the first
+  std::string topology;               // "", "same_node" or "same_domain" (a preference)
+  std::vector<std::string> datasets;  // data sets the job reads (locality scoring)
+  std::string pool_set;               // the scheduler config's pool set; "": the first
 };
 
 // One task of one attempt placed on a node.
@@ -117,8 +125,8 @@ struct TaskPlacement {
   int task = 0;
   int64_t node_id = 0;
   std::string node;
-  std::vector<int64_t> gpu_ids;   // store ids
-  std::vector<int> gpu_indices;   // indices on the node (CUDA_VISIBLE_DEVICES)
+  std::vector<int64_t> gpu_ids;  // store ids
+  std::vector<int> gpu_indices;  // indices on the node (CUDA_VISIBLE_DEVICES)
 };
 
 struct AttemptRecord {
@@ -143,7 +151,7 @@ struct Job {
   JobSpec spec;
   JobState state = JobState::kPending;
   std::string reason;
-  int attempt = 1;                     // current attempt, from 1
+  int attempt = 1;                       // current attempt, from 1
   std::vector<TaskPlacement> placement;  // the current attempt's, empty while PENDING
   std::vector<AttemptRecord> attempts;   // every attempt, oldest first (filled by GetJob)
   int64_t created_at_ms = 0;
@@ -158,19 +166,19 @@ struct JobEvent {
   int64_t id = 0;
   int64_t job_id = 0;
   int64_t at_ms = 0;
-  std::string type;      // "state", "cancel_requested", "task_started", "task_exited", ...
+  std::string type;               // "state", "cancel_requested", "task_started", "task_exited", ...
   std::optional<JobState> state;  // for type "state": the new state
-  std::string reason;    // a reason:: code
-  std::string message;   // human detail ("task 1 on node-b exited with 3")
-  std::string actor;     // user name, "scheduler", "agent:<node>", "server"
+  std::string reason;             // a reason:: code
+  std::string message;            // human detail ("task 1 on node-b exited with 3")
+  std::string actor;              // user name, "scheduler", "agent:<node>", "server"
 };
 
 struct Gpu {
   int64_t id = 0;
-  int index = 0;              // on its node
-  std::string model;          // e.g. "H200", as NVML names it or as configured
+  int index = 0;      // on its node
+  std::string model;  // e.g. "H200", as NVML names it or as configured
   int64_t memory_mb = 0;
-  std::string uuid;           // NVML uuid or "<node>-gpu<index>"
+  std::string uuid;               // NVML uuid or "<node>-gpu<index>"
   std::optional<int64_t> job_id;  // the job holding an open allocation on it
 };
 
@@ -184,14 +192,14 @@ std::string_view ToString(NodeState state);  // "READY", "LOST"
 
 struct Node {
   int64_t id = 0;
-  std::string name;           // unique across the fleet
+  std::string name;  // unique across the fleet
   std::string pool;
   std::map<std::string, std::string> labels;
   double cpus = 0;
   int64_t memory_mb = 0;
   NodeState state = NodeState::kReady;
-  bool drain = false;         // drained nodes get no new work; running work finishes
-  std::string instance;       // random id of the agent process that registered last
+  bool drain = false;    // drained nodes get no new work; running work finishes
+  std::string instance;  // random id of the agent process that registered last
   int64_t registered_at_ms = 0;
   int64_t last_heartbeat_ms = 0;
   int64_t lease_expires_at_ms = 0;

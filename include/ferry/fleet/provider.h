@@ -20,7 +20,7 @@ namespace ferry::fleet {
 
 // A node a provider created (or is creating).
 struct CloudNode {
-  std::string name;     // the agent's node name (unique across the fleet)
+  std::string name;  // the agent's node name (unique across the fleet)
   std::string pool;
   bool spot = false;
   enum class State { kProvisioning, kRunning, kInterrupted, kTerminated };
@@ -100,7 +100,7 @@ class ResilientProvider : public Provider {
   struct Counters {
     int64_t calls = 0;
     int64_t retries = 0;
-    int64_t failures = 0;       // calls that failed after every attempt (or fast-failed)
+    int64_t failures = 0;  // calls that failed after every attempt (or fast-failed)
     int64_t breaker_opens = 0;
   };
   Counters counters() const;
@@ -113,11 +113,11 @@ class ResilientProvider : public Provider {
 
 // ---- The local provider.
 struct LocalProviderOptions {
-  std::string ferry_binary;      // path of `ferry` (runs `ferry agent ...`)
-  std::string server_url;        // http://127.0.0.1:PORT (https:// when the server has TLS)
-  std::string agent_token_file;  // the agent identity's token
-  std::string ca_file;           // the agents' --ca-file for an https server; empty: none
-  std::string work_dir;          // each node gets <work_dir>/<node>/
+  std::string ferry_binary;           // path of `ferry` (runs `ferry agent ...`)
+  std::string server_url;             // http://127.0.0.1:PORT (https:// when the server has TLS)
+  std::string agent_token_file;       // the agent identity's token
+  std::string ca_file;                // the agents' --ca-file for an https server; empty: none
+  std::string work_dir;               // each node gets <work_dir>/<node>/
   std::string name_prefix = "cloud";  // nodes are "<prefix>-<pool>-<n>"
   double spot_interruptions_per_hour = 0;  // per running spot node (Poisson)
   uint64_t seed = 1;

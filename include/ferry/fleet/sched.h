@@ -60,24 +60,24 @@ std::optional<Scoring> ParseScoring(std::string_view text);
 struct NodeShape {
   std::string gpu_model = "H200";
   int gpus = 8;
-  int64_t gpu_memory_mb = 141 * 1024;
+  int64_t gpu_memory_mb = int64_t{141} * 1024;
   double cpus = 64;
-  int64_t memory_mb = 1024 * 1024;
+  int64_t memory_mb = int64_t{1024} * 1024;
 };
 
 struct PoolConfig {
   std::string name;
-  bool cloud = false;             // nodes come from a provider on demand
-  std::string provider;           // cloud pools: a ProviderConfig name
-  double price_per_gpu_hour = 0;  // on-prem: amortized cost; cloud: what the provider charges
-  bool spot = false;              // spot capacity: cheaper, may be interrupted
+  bool cloud = false;               // nodes come from a provider on demand
+  std::string provider;             // cloud pools: a ProviderConfig name
+  double price_per_gpu_hour = 0;    // on-prem: amortized cost; cloud: what the provider charges
+  bool spot = false;                // spot capacity: cheaper, may be interrupted
   double provisioning_delay_s = 0;  // expected time from request to a READY node (cloud)
-  int max_nodes = 0;              // cloud: most nodes at once (0: none may be provisioned)
-  int nodes = 0;                  // on-prem, simulator only: how many nodes of `node` shape
-  int nodes_per_domain = 0;       // simulator only: interconnect domain size (0: one domain)
+  int max_nodes = 0;                // cloud: most nodes at once (0: none may be provisioned)
+  int nodes = 0;                    // on-prem, simulator only: how many nodes of `node` shape
+  int nodes_per_domain = 0;         // simulator only: interconnect domain size (0: one domain)
   NodeShape node;
   std::vector<std::string> datasets;  // data sets held in this pool (for kLocality)
-  double idle_timeout_s = 300;    // cloud: nodes idle this long are scaled down
+  double idle_timeout_s = 300;        // cloud: nodes idle this long are scaled down
 };
 
 // Jobs choose a pool set by name (JobSpec::pool_set / PendingJob::pool_set);
@@ -93,10 +93,11 @@ struct PoolSet {
 // cohort lend unused nominal capacity to each other.
 struct QuotaConfig {
   std::string path;
-  std::string gpu_model;                // empty: all models counted together
-  int nominal_gpus = 0;                 // guaranteed (when the fleet has it)
-  std::optional<int> borrowing_limit;   // most GPUs above nominal borrowed from the cohort; unset: no limit
-  std::optional<int> lending_limit;     // most of its unused nominal lent out; unset: all of it
+  std::string gpu_model;  // empty: all models counted together
+  int nominal_gpus = 0;   // guaranteed (when the fleet has it)
+  std::optional<int>
+      borrowing_limit;  // most GPUs above nominal borrowed from the cohort; unset: no limit
+  std::optional<int> lending_limit;  // most of its unused nominal lent out; unset: all of it
   std::string cohort = "default";
 };
 
@@ -112,9 +113,9 @@ struct DatasetConfig {
 };
 
 struct PreemptionConfig {
-  bool priority = true;   // a pending job may preempt preemptible jobs of lower priority
-  bool reclaim = true;    // a job within its nominal quota may preempt jobs running on borrowed quota
-  double grace_s = 30;    // between the signal (SIGTERM) and the kill, for checkpointing
+  bool priority = true;  // a pending job may preempt preemptible jobs of lower priority
+  bool reclaim = true;  // a job within its nominal quota may preempt jobs running on borrowed quota
+  double grace_s = 30;  // between the signal (SIGTERM) and the kill, for checkpointing
   // Fair-share (reclaim) preemptions allowed per window; priority preemptions are not limited.
   int fair_share_max = 10;
   double fair_share_window_s = 60;
@@ -132,7 +133,8 @@ struct BackfillConfig {
 
 struct BurstConfig {
   bool enabled = true;
-  double min_pending_s = 0;  // a job waits this long on on-prem before cloud nodes are requested for it
+  double min_pending_s =
+      0;  // a job waits this long on on-prem before cloud nodes are requested for it
 };
 
 // Provider adapters (include/ferry/fleet/provider.h).
@@ -142,16 +144,16 @@ struct ProviderConfig {
   int max_attempts = 4;        // per call, with exponential back-off and full jitter
   double backoff_base_s = 0.2;
   double backoff_max_s = 5;
-  int breaker_failures = 5;    // consecutive failed calls that open the circuit
-  double breaker_open_s = 30;  // then one trial call (half-open)
-  double spot_interruptions_per_hour = 0;  // local: per spot node
+  int breaker_failures = 5;                   // consecutive failed calls that open the circuit
+  double breaker_open_s = 30;                 // then one trial call (half-open)
+  double spot_interruptions_per_hour = 0;     // local: per spot node
   std::map<std::string, std::string> params;  // type-specific settings
 };
 
 struct Config {
   Ordering ordering = Ordering::kFifo;
-  std::vector<PoolConfig> pools;     // nodes of unlisted pools: on-prem, price 0
-  std::vector<PoolSet> pool_sets;    // empty: one set "default" of every pool, default_scoring
+  std::vector<PoolConfig> pools;   // nodes of unlisted pools: on-prem, price 0
+  std::vector<PoolSet> pool_sets;  // empty: one set "default" of every pool, default_scoring
   Scoring default_scoring = Scoring::kBinPack;
   std::vector<QuotaConfig> quotas;
   std::vector<ShareConfig> shares;
@@ -172,15 +174,14 @@ struct Config {
 // The snapshot (GpuSlot, NodeInfo, RunningJob, PendingJob, Snapshot) is in
 // ferry/fleet/snapshot.h: the store loads it and the server and the simulator fill it in.
 
-
 // ---------------------------------------------------------------- decision
 
 struct Preemption {
   int64_t job_id = 0;
   int attempt = 1;
-  std::string reason;      // reason::kPreemptedByPriority or reason::kPreemptedForFairShare
-  int64_t for_job = 0;     // the pending job it makes room for
-  double grace_s = 0;      // signal now, kill after this
+  std::string reason;   // reason::kPreemptedByPriority or reason::kPreemptedForFairShare
+  int64_t for_job = 0;  // the pending job it makes room for
+  double grace_s = 0;   // signal now, kill after this
 };
 
 struct ProvisionRequest {
@@ -196,20 +197,20 @@ struct ScaleDown {
 };
 
 struct CycleStats {
-  int pending = 0;        // jobs in the snapshot
-  int considered = 0;     // jobs the cycle tried to place
+  int pending = 0;     // jobs in the snapshot
+  int considered = 0;  // jobs the cycle tried to place
   int placed = 0;
-  int backfilled = 0;     // placed ahead of a reservation
+  int backfilled = 0;  // placed ahead of a reservation
   int preempted = 0;
   double elapsed_ms = 0;  // wall time of Cycle()
 };
 
 struct Decision {
-  std::vector<Placement> placements;       // all tasks of each gang, or the job is absent
-  std::vector<Preemption> preemptions;     // running jobs to signal (each job once)
+  std::vector<Placement> placements;        // all tasks of each gang, or the job is absent
+  std::vector<Preemption> preemptions;      // running jobs to signal (each job once)
   std::vector<ProvisionRequest> provision;  // cloud nodes to request now
-  std::vector<ScaleDown> scale_down;       // idle cloud nodes to give back
-  std::vector<PendingReason> pending;      // one per pending job not placed
+  std::vector<ScaleDown> scale_down;        // idle cloud nodes to give back
+  std::vector<PendingReason> pending;       // one per pending job not placed
   CycleStats stats;
 };
 
@@ -217,8 +218,9 @@ struct Decision {
 struct ShareStanding {
   std::string path;
   double shares = 1;
-  double usage = 0;        // decayed GPU-seconds
-  double fair_share = 0;   // Fair Tree factor in (0, 1]: higher is further below its share, served sooner
+  double usage = 0;  // decayed GPU-seconds
+  double fair_share =
+      0;  // Fair Tree factor in (0, 1]: higher is further below its share, served sooner
 };
 
 class Scheduler {

@@ -14,11 +14,11 @@ namespace ferry::fleet {
 struct ServerOptions {
   std::string store_url = "sqlite:ferry-fleet.db";
   std::string host = "127.0.0.1";
-  int port = 8700;            // 0: any free port (written to port_file)
-  std::string port_file;      // when set, the bound port is written here once listening
-  std::string data_dir = ".";  // bootstrap tokens are written here
-  int threads = 8;            // HTTP worker threads
-  int64_t lease_ms = 10'000;  // node lease; agents sync well within it
+  int port = 8700;                     // 0: any free port (written to port_file)
+  std::string port_file;               // when set, the bound port is written here once listening
+  std::string data_dir = ".";          // bootstrap tokens are written here
+  int threads = 8;                     // HTTP worker threads
+  int64_t lease_ms = 10'000;           // node lease; agents sync well within it
   int64_t schedule_interval_ms = 100;  // also runs right after submissions and task exits
   int64_t max_body_bytes = 1 << 20;
   double rate_per_second = 200;  // per-user token bucket (0 disables)

@@ -49,7 +49,7 @@ struct UserInfo {
 };
 
 struct RevokeResult {
-  UserInfo user;            // after the revocation (active_tokens is 0)
+  UserInfo user;               // after the revocation (active_tokens is 0)
   int64_t revoked_tokens = 0;  // how many were active before
 };
 
@@ -70,15 +70,15 @@ struct SubmitResult {
     kKeyMismatch,  // same key, different body: nothing was created
   };
   Outcome outcome = Outcome::kCreated;
-  Job job;                  // the created or original job (empty for kKeyMismatch)
+  Job job;  // the created or original job (empty for kKeyMismatch)
   int status_code = 201;
   std::string response_body;
 };
 
 struct JobFilter {
-  std::vector<JobState> states;  // any of these; empty: all
-  std::string user;              // user name; empty: all
-  std::string team;              // team name; empty: all
+  std::vector<JobState> states;               // any of these; empty: all
+  std::string user;                           // user name; empty: all
+  std::string team;                           // team name; empty: all
   std::map<std::string, std::string> labels;  // every pair must match
 };
 
@@ -154,8 +154,9 @@ struct SyncRequest {
 struct SyncResult {
   bool registered = true;  // false: unknown node or another instance registered since; re-register
   int64_t lease_expires_at_ms = 0;
-  std::vector<TaskAssignment> start;  // open allocations of live attempts the agent does not run yet
-  std::vector<TaskRef> stop;          // tasks the agent runs that must end (job finished, stale attempt)
+  std::vector<TaskAssignment>
+      start;                  // open allocations of live attempts the agent does not run yet
+  std::vector<TaskRef> stop;  // tasks the agent runs that must end (job finished, stale attempt)
   // Set when `stop` holds a task of a preempted attempt: the preemption's
   // grace period (the time it gets to checkpoint before SIGKILL).
   std::optional<int64_t> stop_grace_ms;
@@ -244,8 +245,7 @@ class Store {
                                           const std::string& actor, int64_t now_ms) = 0;
   // Events with id > after_id, oldest first. nullopt when the job is not in scope.
   virtual Result<std::optional<std::vector<JobEvent>>> ListEvents(const Scope& scope,
-                                                                  int64_t job_id,
-                                                                  int64_t after_id,
+                                                                  int64_t job_id, int64_t after_id,
                                                                   int limit) = 0;
   // Drops idempotency records older than now_ms - ttl_ms; returns how many.
   virtual Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) = 0;

@@ -76,9 +76,9 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 
 namespace ferry::flow {
 

@@ -44,11 +44,11 @@
 #include <memory>
 #include <string>
 
+#include "ferry/base/status.h"
 #include "ferry/c/ferry_operator.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
-#include "ferry/base/status.h"
 #include "ferry/exchange/type.h"
 
 // Identifies the C++ build of Ferry that a runtime and an operator were

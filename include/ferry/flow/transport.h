@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
+#include "ferry/base/status.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/exchange/array.h"
 #include "ferry/exchange/buffer.h"
-#include "ferry/base/status.h"
 
 namespace ferry::flow {
 
@@ -92,17 +92,17 @@ struct SubscriberOptions {
 
 // Counters of one endpoint (the process-wide telemetry counts bytes too).
 struct ChannelStats {
-  int64_t sent = 0;                 // messages accepted by Send/SendCopy
-  int64_t delivered = 0;            // descriptors pushed to subscriber rings
-  int64_t received = 0;             // messages returned by Receive
-  int64_t dropped_oldest = 0;       // discarded by kDropOldest
-  int64_t dropped_newest = 0;       // discarded by kDropNewest
-  int64_t bytes_sent = 0;           // payload bytes described by sent messages
-  int64_t bytes_copied = 0;         // payload bytes SendCopy had to copy
-  int64_t subscribers = 0;          // currently connected
-  int64_t subscribers_lost = 0;     // died or hung up, references reclaimed
-  int64_t segments = 0;             // payload segments mapped
-  int64_t memory_in_use = 0;        // bytes of payload not yet dropped by everyone
+  int64_t sent = 0;              // messages accepted by Send/SendCopy
+  int64_t delivered = 0;         // descriptors pushed to subscriber rings
+  int64_t received = 0;          // messages returned by Receive
+  int64_t dropped_oldest = 0;    // discarded by kDropOldest
+  int64_t dropped_newest = 0;    // discarded by kDropNewest
+  int64_t bytes_sent = 0;        // payload bytes described by sent messages
+  int64_t bytes_copied = 0;      // payload bytes SendCopy had to copy
+  int64_t subscribers = 0;       // currently connected
+  int64_t subscribers_lost = 0;  // died or hung up, references reclaimed
+  int64_t segments = 0;          // payload segments mapped
+  int64_t memory_in_use = 0;     // bytes of payload not yet dropped by everyone
 };
 
 // A Publisher has no thread of its own: it accepts subscribers, notices

@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "ferry/exchange/bridge.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/bridge.h"
 
 namespace ferry::device {
 namespace {

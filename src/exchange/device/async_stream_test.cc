@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "exchange/device/testing/kernels.h"
-#include "ferry/exchange/builder.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/builder.h"
 
 namespace ferry::device {
 namespace {

@@ -522,6 +522,8 @@ class CudaDevice final : public Device {
                              std::to_string(handle.allocation_size) +
                              " bytes, but the opened one has " + std::to_string(mapped_size));
     }
+    // A CUDA device address is an integer (CUdeviceptr).
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     const auto* data = reinterpret_cast<const uint8_t*>(base) + handle.offset;
     return std::make_shared<Buffer>(data, handle.size, std::move(owner));
   }

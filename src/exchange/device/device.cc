@@ -46,6 +46,7 @@ const char* DeviceTypeName(DeviceType type) {
 const std::vector<DeviceType>& AllDeviceTypes() {
   static const std::vector<DeviceType> types = [] {
     std::vector<DeviceType> out;
+    out.reserve(std::size(kTypes));
     for (const auto& info : kTypes) out.push_back(info.type);
     return out;
   }();
@@ -74,19 +75,26 @@ bool IsHostAccessible(DeviceType type) {
 
 const char* EventKindName(EventKind kind) {
   switch (kind) {
-    case EventKind::kNone: return "none";
-    case EventKind::kCuda: return "cuda";
-    case EventKind::kOpenCL: return "opencl";
+    case EventKind::kNone:
+      return "none";
+    case EventKind::kCuda:
+      return "cuda";
+    case EventKind::kOpenCL:
+      return "opencl";
   }
   return "unknown";
 }
 
 const char* CopyDirectionName(CopyDirection direction) {
   switch (direction) {
-    case CopyDirection::kHostToDevice: return "h2d";
-    case CopyDirection::kDeviceToHost: return "d2h";
-    case CopyDirection::kDeviceToDevice: return "d2d";
-    case CopyDirection::kHostToHost: return "host";
+    case CopyDirection::kHostToDevice:
+      return "h2d";
+    case CopyDirection::kDeviceToHost:
+      return "d2h";
+    case CopyDirection::kDeviceToDevice:
+      return "d2d";
+    case CopyDirection::kHostToHost:
+      return "host";
   }
   return "unknown";
 }
@@ -96,10 +104,18 @@ namespace internal {
 void CountCopy(CopyDirection direction, int64_t size) {
   using telemetry::Counter;
   switch (direction) {
-    case CopyDirection::kHostToDevice: telemetry::Add(Counter::kBytesCopiedH2D, size); break;
-    case CopyDirection::kDeviceToHost: telemetry::Add(Counter::kBytesCopiedD2H, size); break;
-    case CopyDirection::kDeviceToDevice: telemetry::Add(Counter::kBytesCopiedD2D, size); break;
-    case CopyDirection::kHostToHost: telemetry::Add(Counter::kBytesCopiedHost, size); break;
+    case CopyDirection::kHostToDevice:
+      telemetry::Add(Counter::kBytesCopiedH2D, size);
+      break;
+    case CopyDirection::kDeviceToHost:
+      telemetry::Add(Counter::kBytesCopiedD2H, size);
+      break;
+    case CopyDirection::kDeviceToDevice:
+      telemetry::Add(Counter::kBytesCopiedD2D, size);
+      break;
+    case CopyDirection::kHostToHost:
+      telemetry::Add(Counter::kBytesCopiedHost, size);
+      break;
   }
 }
 
@@ -145,8 +161,8 @@ Result<Device*> DeviceRegistry::Get(DeviceType type, int64_t id) {
       return Status::NotImplemented(std::string(DeviceTypeName(type)) + " is absent: " + reason);
     }
   }
-  return Status::NotImplemented(std::string("no backend for device type ") +
-                                DeviceTypeName(type) + " in this build");
+  return Status::NotImplemented(std::string("no backend for device type ") + DeviceTypeName(type) +
+                                " in this build");
 }
 
 Device* DeviceRegistry::cpu() {
@@ -229,8 +245,8 @@ std::shared_ptr<Device> DeviceRegistry::Unregister(DeviceType type, int64_t id) 
 
 // ---- Copies -------------------------------------------------------------------
 
-Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void* dst,
-                   int64_t size, Queue* queue) {
+Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void* dst, int64_t size,
+                   Queue* queue) {
   if (src_device == nullptr || dst_device == nullptr) {
     return Status::Invalid("CopyBetween needs both devices");
   }
@@ -260,8 +276,8 @@ Status CopyBetween(Device* src_device, const void* src, Device* dst_device, void
   FERRY_RETURN_NOT_OK(src_device->default_queue()->Copy(CopyDirection::kDeviceToHost, src,
                                                         staging->mutable_data(), size));
   FERRY_RETURN_NOT_OK(src_device->default_queue()->Synchronize());
-  FERRY_RETURN_NOT_OK(dst_device->default_queue()->Copy(CopyDirection::kHostToDevice,
-                                                        staging->data(), dst, size));
+  FERRY_RETURN_NOT_OK(
+      dst_device->default_queue()->Copy(CopyDirection::kHostToDevice, staging->data(), dst, size));
   return dst_device->default_queue()->Synchronize();
 }
 

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "exchange/device/backend.h"
 #include "exchange/bridge_internal.h"
+#include "exchange/device/backend.h"
 #include "exchange/stream_internal.h"
-#include "ferry/exchange/bridge.h"
 #include "ferry/base/telemetry.h"
+#include "ferry/exchange/bridge.h"
 
 namespace ferry::device {
 namespace {

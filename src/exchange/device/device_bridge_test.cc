@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "exchange/bridge_internal.h"
+#include "ferry/base/telemetry.h"
 #include "ferry/device/fault.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/exchange/builder.h"
-#include "ferry/base/telemetry.h"
 #include "testing/test_util.h"
 
 namespace ferry::device {

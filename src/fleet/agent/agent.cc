@@ -141,7 +141,7 @@ std::string ModelFromNvmlName(const std::string& name) {
   constexpr std::string_view kVendor = "NVIDIA ";
   if (model.compare(0, kVendor.size(), kVendor) == 0) model = Trim(model.substr(kVendor.size()));
   // Data-center parts: the first word is the model ("H100 80GB HBM3" -> "H100").
-  const std::string first = model.substr(0, model.find(' '));
+  std::string first = model.substr(0, model.find(' '));
   const bool part_number = first.size() >= 2 && first.size() <= 8 &&
                            std::isupper(static_cast<unsigned char>(first[0])) &&
                            std::isdigit(static_cast<unsigned char>(first[1]));
@@ -340,7 +340,7 @@ std::string AddressOfTask(const TaskAssignment& assignment, const NodeContext& n
   if (task < assignment.gang_addresses.size() && !assignment.gang_addresses[task].empty()) {
     return assignment.gang_addresses[task];
   }
-  const std::string name =
+  std::string name =
       task < assignment.gang_nodes.size() ? assignment.gang_nodes[task] : node.node_name;
   if (name == node.node_name && !node.address.empty()) return node.address;
   return name;
@@ -519,8 +519,8 @@ constexpr auto kMaxLogHold = std::chrono::seconds(10);
 // that the agent can hold an exit report until the task's output is out.
 class LogShipper {
  public:
-  static constexpr size_t kMaxPost = 128 * 1024;
-  static constexpr size_t kMaxQueued = 32 * 1024 * 1024;
+  static constexpr size_t kMaxPost = size_t{128} * 1024;
+  static constexpr size_t kMaxQueued = size_t{32} * 1024 * 1024;
 
   LogShipper(ClientOptions client_options, std::string node, std::function<void()> on_progress)
       : client_(std::move(client_options)),
@@ -736,7 +736,7 @@ Status Agent::Prepare() {
   if (options_.memory_mb <= 0) {
     const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page_size > 0) {
-      options_.memory_mb = static_cast<int64_t>(pages) * page_size / (1024 * 1024);
+      options_.memory_mb = static_cast<int64_t>(pages) * page_size / (int64_t{1024} * 1024);
     }
   }
   std::error_code error;
@@ -883,7 +883,7 @@ void Agent::HandleSyncResponse(const json& body) {
       }
       LaunchSpec launch = agent_internal::BuildLaunchSpec(*assignment, node_);
       WriteHostfile(launch.env["FERRY_HOSTFILE"], agent_internal::GangHostfile(*assignment, node_));
-      runner_->Start(std::move(launch));
+      runner_->Start(launch);
     }
   }
 }

@@ -23,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = size_t{64} * 1024;
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -212,6 +212,7 @@ void TaskRunner::Start(const LaunchSpec& spec) {
   std::vector<std::string> env_strings;
   for (const auto& [key, value] : spec.env) env_strings.push_back(key + "=" + value);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
   struct rlimit limit {};

@@ -138,8 +138,8 @@ class ScopedSigpipeBlock {
   ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
 
  private:
-  sigset_t pipe_;
-  sigset_t old_;
+  sigset_t pipe_{};
+  sigset_t old_{};
   bool was_pending_ = false;
 };
 
@@ -220,7 +220,8 @@ std::string DescribeErrorResponse(int status, const std::string& content_type,
       const std::string detail = StringField(error, "detail");
       if (field.empty() && detail.empty()) continue;
       if (!what.empty()) what += "; ";
-      what += field.empty() ? detail : field + ": " + detail;
+      if (!field.empty()) what.append(field).append(": ");
+      what += detail;
     }
   }
   if (what.empty()) what = StringField(problem, "detail");

@@ -119,7 +119,7 @@ class Parser {
                      std::string("keys must be strings, got ") + KindName(*key_ref.node));
       }
       const std::string& key = key_ref.node->value;
-      const std::string key_path = path.empty() ? key : path + "." + key;
+      const std::string key_path = path.empty() ? key : std::string(path).append(".").append(key);
       if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         return Error(key_ref, key_path, "unknown key (expected " + Join(allowed) + ")");
       }

@@ -27,8 +27,7 @@ constexpr std::array<std::pair<Role, std::string_view>, 4> kRoleNames{{
 }};
 
 template <typename Enum, size_t N>
-std::string_view NameOf(const std::array<std::pair<Enum, std::string_view>, N>& names,
-                        Enum value) {
+std::string_view NameOf(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value) {
   for (const auto& [candidate, name] : names) {
     if (candidate == value) return name;
   }
@@ -74,8 +73,6 @@ std::string CanonicalGpuModel(std::string_view model) {
   return out;
 }
 
-std::string_view ToString(NodeState state) {
-  return state == NodeState::kReady ? "READY" : "LOST";
-}
+std::string_view ToString(NodeState state) { return state == NodeState::kReady ? "READY" : "LOST"; }
 
 }  // namespace ferry::fleet

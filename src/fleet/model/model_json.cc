@@ -92,10 +92,9 @@ class SpecReader {
     if (value == nullptr) return;
     if (!value->is_string()) return Fail(field, "must be a string");
     const auto& text = value->get_ref<const std::string&>();
-    std::string problem =
-        CheckChars(text, min_chars, max_chars,
-                   "must have between " + std::to_string(min_chars) + " and " +
-                       std::to_string(max_chars) + " characters");
+    std::string problem = CheckChars(text, min_chars, max_chars,
+                                     "must have between " + std::to_string(min_chars) + " and " +
+                                         std::to_string(max_chars) + " characters");
     if (!problem.empty()) return Fail(field, std::move(problem));
     *out = text;
   }
@@ -115,16 +114,16 @@ class SpecReader {
       if (in_range) *out = static_cast<Int>(number);
     }
     if (!in_range) {
-      Fail(field, "must be an integer between " + std::to_string(min) + " and " +
-                      std::to_string(max));
+      Fail(field,
+           "must be an integer between " + std::to_string(min) + " and " + std::to_string(max));
     }
   }
 
   void Number(const char* field, double min, double max, double* out) {
     const json* value = Find(field);
     if (value == nullptr) return;
-    if (!value->is_number() || !std::isfinite(value->get<double>()) ||
-        value->get<double>() < min || value->get<double>() > max) {
+    if (!value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() < min ||
+        value->get<double>() > max) {
       char range[96];
       std::snprintf(range, sizeof(range), "must be a number between %g and %g", min, max);
       return Fail(field, range);
@@ -209,9 +208,7 @@ json StringMapJson(const std::map<std::string, std::string>& map) {
   return object;
 }
 
-json OptionalInt(const std::optional<int>& value) {
-  return value ? json(*value) : json(nullptr);
-}
+json OptionalInt(const std::optional<int>& value) { return value ? json(*value) : json(nullptr); }
 
 }  // namespace
 
@@ -311,9 +308,8 @@ json ToJson(const JobSpec& spec) {
 }
 
 json ToJson(const TaskPlacement& placement) {
-  return {{"task", placement.task},
-          {"node", placement.node},
-          {"gpu_indices", placement.gpu_indices}};
+  return {
+      {"task", placement.task}, {"node", placement.node}, {"gpu_indices", placement.gpu_indices}};
 }
 
 json TimestampJson(int64_t unix_ms) {
@@ -374,9 +370,8 @@ json ToJson(const Job& job, bool with_attempts) {
 }
 
 json ToJson(const JobEvent& event) {
-  json out = {{"id", event.id},         {"at", TimestampJson(event.at_ms)},
-              {"type", event.type},     {"reason", event.reason},
-              {"message", event.message}, {"actor", event.actor}};
+  json out = {{"id", event.id},         {"at", TimestampJson(event.at_ms)}, {"type", event.type},
+              {"reason", event.reason}, {"message", event.message},         {"actor", event.actor}};
   out["state"] = event.state ? json(ToString(*event.state)) : json(nullptr);
   return out;
 }
@@ -406,9 +401,9 @@ json ToJson(const Node& node) {
 json ToJson(const Pool& pool) {
   json by_model = json::object();
   for (const auto& [model, count] : pool.gpus_by_model) by_model[model] = count;
-  return {{"name", pool.name},           {"nodes", pool.nodes},
-          {"nodes_ready", pool.nodes_ready}, {"gpus", pool.gpus},
-          {"gpus_free", pool.gpus_free}, {"gpus_by_model", std::move(by_model)}};
+  return {
+      {"name", pool.name}, {"nodes", pool.nodes},         {"nodes_ready", pool.nodes_ready},
+      {"gpus", pool.gpus}, {"gpus_free", pool.gpus_free}, {"gpus_by_model", std::move(by_model)}};
 }
 
 json ToJson(const TaskAssignment& assignment) {

@@ -70,8 +70,8 @@ TEST(JobSpecJson, DataflowInsteadOfCommand) {
   EXPECT_EQ(spec->dataflow, "pipeline.yml");
   EXPECT_TRUE(spec->command.empty());
   EXPECT_EQ(ToJson(*spec).count("command"), 0u);
-  EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"dataflow", "a.yml"}, {"command", {"ls"}}}),
-                       "dataflow"));
+  EXPECT_TRUE(
+      HasError(ErrorsOf({{"name", "x"}, {"dataflow", "a.yml"}, {"command", {"ls"}}}), "dataflow"));
 }
 
 TEST(JobSpecJson, EveryBadFieldIsReported) {
@@ -100,9 +100,9 @@ TEST(JobSpecJson, RequiredFieldsAndShapes) {
   EXPECT_FALSE(ErrorsOf(json("text")).empty());
   // Integers must be integers: 2.5 tasks or a huge unsigned value are refused.
   EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"tasks", 2.5}}), "tasks"));
-  EXPECT_TRUE(HasError(
-      ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"memory_mb_per_task", UINT64_MAX}}),
-      "memory_mb_per_task"));
+  EXPECT_TRUE(
+      HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"memory_mb_per_task", UINT64_MAX}}),
+               "memory_mb_per_task"));
   EXPECT_TRUE(HasError(ErrorsOf({{"name", "x"}, {"command", {"ls"}}, {"tasks", 1025}}), "tasks"));
 }
 
@@ -173,13 +173,13 @@ TEST(Utf8CodePoints, CountsCharactersAndRefusesMalformedText) {
   EXPECT_EQ(Utf8CodePoints("\xf0\x9f\x9a\x80"), 1u);  // U+1F680
   EXPECT_EQ(Utf8CodePoints("\xf4\x8f\xbf\xbf"), 1u);  // U+10FFFF, the last
   EXPECT_FALSE(Utf8CodePoints("\xff").has_value());
-  EXPECT_FALSE(Utf8CodePoints("\x80").has_value());               // a lone continuation
-  EXPECT_FALSE(Utf8CodePoints("\xc3").has_value());               // cut short
-  EXPECT_FALSE(Utf8CodePoints("\xc3\x28").has_value());           // not a continuation
-  EXPECT_FALSE(Utf8CodePoints("\xc0\xaf").has_value());           // overlong
-  EXPECT_FALSE(Utf8CodePoints("\xe0\x80\xaf").has_value());       // overlong
-  EXPECT_FALSE(Utf8CodePoints("\xed\xa0\x80").has_value());       // surrogate U+D800
-  EXPECT_FALSE(Utf8CodePoints("\xf4\x90\x80\x80").has_value());   // past U+10FFFF
+  EXPECT_FALSE(Utf8CodePoints("\x80").has_value());              // a lone continuation
+  EXPECT_FALSE(Utf8CodePoints("\xc3").has_value());              // cut short
+  EXPECT_FALSE(Utf8CodePoints("\xc3\x28").has_value());          // not a continuation
+  EXPECT_FALSE(Utf8CodePoints("\xc0\xaf").has_value());          // overlong
+  EXPECT_FALSE(Utf8CodePoints("\xe0\x80\xaf").has_value());      // overlong
+  EXPECT_FALSE(Utf8CodePoints("\xed\xa0\x80").has_value());      // surrogate U+D800
+  EXPECT_FALSE(Utf8CodePoints("\xf4\x90\x80\x80").has_value());  // past U+10FFFF
 }
 
 TEST(JobSpecJson, LengthsCountCodePoints) {
@@ -187,8 +187,11 @@ TEST(JobSpecJson, LengthsCountCodePoints) {
   for (int i = 0; i < 128; ++i) e128 += "\xc3\xa9";
   e129 = e128 + "\xc3\xa9";
   std::vector<FieldError> errors;
-  nlohmann::json body = {{"name", e128}, {"command", {"true"}}, {"env", {{e128, "v"}}},
-                         {"labels", {{"k", e128}}}, {"datasets", {e128}}};
+  nlohmann::json body = {{"name", e128},
+                         {"command", {"true"}},
+                         {"env", {{e128, "v"}}},
+                         {"labels", {{"k", e128}}},
+                         {"datasets", {e128}}};
   EXPECT_TRUE(ParseJobSpec(body, &errors).ok()) << errors.front().detail;
   body["name"] = e129;
   body["env"] = {{e129, "v"}};

@@ -397,6 +397,7 @@ class LocalProvider final : public Provider {
       args.insert(args.end(), {"--memory-mb", std::to_string(shape.memory_mb)});
     }
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
     const std::string exec_failed = "ferry agent: cannot execute " + options_.ferry_binary + "\n";

@@ -87,7 +87,8 @@ class QuotaLedger {
   struct Verdict {
     bool ok = true;          // fits every quota on the path (within nominal or by borrowing)
     bool borrowing = false;  // ok, but some quota goes above its nominal
-    std::string message;     // when !ok: which quota and why ("acme/vision (H200): 14 of 16 used, ...")
+    std::string
+        message;  // when !ok: which quota and why ("acme/vision (H200): 14 of 16 used, ...")
   };
   // Whether `gpus` more GPUs of `model` may be admitted for this owner.
   Verdict CanAdmit(std::string_view tenant, std::string_view team, std::string_view user,

@@ -119,7 +119,7 @@ class HeadKeepingStream : public httplib::Stream {
 
  private:
   int64_t read_timeout_ms_, write_timeout_ms_;
-  char buffer_[4096];
+  char buffer_[4096] = {};
   size_t pos_ = 0, len_ = 0;
   std::string head_;
   bool keeping_ = false;
@@ -169,7 +169,8 @@ class TlsStream final : public HeadKeepingStream {
 };
 
 void SetSocketTimeouts(int fd, int64_t read_ms, int64_t write_ms) {
-  timeval read{static_cast<time_t>(read_ms / 1000), static_cast<suseconds_t>(read_ms % 1000 * 1000)};
+  timeval read{static_cast<time_t>(read_ms / 1000),
+               static_cast<suseconds_t>(read_ms % 1000 * 1000)};
   timeval write{static_cast<time_t>(write_ms / 1000),
                 static_cast<suseconds_t>(write_ms % 1000 * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &read, sizeof(read));

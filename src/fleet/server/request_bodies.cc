@@ -113,11 +113,9 @@ class FieldReader {
       if (!key_chars || *key_chars == 0 || *key_chars > 128) {
         ok = false;
         Fail(field, key_chars ? "keys must be 1 to 128 characters" : "keys must be valid UTF-8");
-      } else if (!it->is_string()) {
-        ok = false;
-        Fail(field, "must be a string of at most 4096 characters");
       } else if (const std::optional<size_t> value_chars =
-                     Utf8CodePoints(it->get_ref<const std::string&>());
+                     it->is_string() ? Utf8CodePoints(it->get_ref<const std::string&>())
+                                     : std::nullopt;
                  !value_chars || *value_chars > 4096) {
         ok = false;
         Fail(field, "must be a string of at most 4096 characters");

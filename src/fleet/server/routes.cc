@@ -71,7 +71,7 @@ void FleetServer::InstallRoutes() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   http_.set_exception_handler(
-      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+      [this](const httplib::Request& req, httplib::Response& res, const std::exception_ptr& ep) {
         std::string what = "unknown exception";
         try {
           if (ep) std::rethrow_exception(ep);

@@ -76,9 +76,7 @@ class TestServer {
     admin_token_ = ReadFile(dir_ + "/admin.token");
     agent_token_ = ReadFile(dir_ + "/agent.token");
   }
-  ~TestServer() {
-    (void)Stop();
-  }
+  ~TestServer() { (void)Stop(); }
   Status Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
@@ -455,14 +453,13 @@ TEST(FleetServer, AdminListsUsersAndRevokesTheirTokensAtOnce) {
   Reply acme = server.Get("/v1/admin/users?tenant=acme", admin);
   ASSERT_EQ(acme.status, 200) << acme.raw;
   ASSERT_EQ(acme.body["users"].size(), 2u);
-  EXPECT_EQ(acme.body["users"][0],
-            (json{{"id", acme.body["users"][0]["id"]},
-                  {"tenant", "acme"},
-                  {"team", "ml"},
-                  {"name", "ana"},
-                  {"role", "user"},
-                  {"created_at", acme.body["users"][0]["created_at"]},
-                  {"active_tokens", 1}}));
+  EXPECT_EQ(acme.body["users"][0], (json{{"id", acme.body["users"][0]["id"]},
+                                         {"tenant", "acme"},
+                                         {"team", "ml"},
+                                         {"name", "ana"},
+                                         {"role", "user"},
+                                         {"created_at", acme.body["users"][0]["created_at"]},
+                                         {"active_tokens", 1}}));
   ExpectProblem(server.Get("/v1/admin/users?tenant=nosuch", admin), 404, "not-found");
   ExpectProblem(server.Get("/v1/admin/users?tenant=.bad", admin), 400, "bad-request");
   ExpectProblem(server.Get("/v1/admin/users?tenant=a&tenant=b", admin), 400, "bad-request");
@@ -495,8 +492,7 @@ TEST(FleetServer, AdminListsUsersAndRevokesTheirTokensAtOnce) {
   ExpectProblem(
       server.Post("/v1/admin/users:revoke", admin, {{"tenant", "nosuch"}, {"name", "ana"}}), 404,
       "not-found");
-  ExpectProblem(server.Post("/v1/admin/users:revoke", admin, {{"name", "ana"}}), 422,
-                "validation");
+  ExpectProblem(server.Post("/v1/admin/users:revoke", admin, {{"name", "ana"}}), 422, "validation");
   ExpectProblem(server.Post("/v1/admin/users:revoke", admin,
                             {{"tenant", "acme"}, {"name", "ana"}, {"role", "user"}}),
                 422, "validation");
@@ -508,8 +504,8 @@ TEST(FleetServer, AdminListsUsersAndRevokesTheirTokensAtOnce) {
   EXPECT_NE(self.body.value("detail", "").find("your own"), std::string::npos) << self.raw;
   EXPECT_EQ(server.Get("/v1/whoami", admin).status, 200);
   // Another platform admin may revoke the first one.
-  Reply other = server.Post("/v1/admin/users:revoke", root2,
-                            {{"tenant", "default"}, {"name", "admin"}});
+  Reply other =
+      server.Post("/v1/admin/users:revoke", root2, {{"tenant", "default"}, {"name", "admin"}});
   ASSERT_EQ(other.status, 200) << other.raw;
   ExpectProblem(server.Get("/v1/whoami", admin), 401, "unauthorized");
 }

@@ -145,7 +145,6 @@ std::vector<CsvLine> SplitLines(std::string_view text) {
   return lines;
 }
 
-
 // ---- Ferry's format: columns
 
 constexpr const char* kColumns[] = {"id",
@@ -441,13 +440,13 @@ std::optional<double> ParseTimestamp(std::string_view s) {
   int doy = (153 * mp + 2) / 5 + *d - 1;
   int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
-  return static_cast<double>(days * 86400 + *h * 3600 + *mi * 60 + *sec) + frac;
+  return static_cast<double>(days * 86400 + int64_t{*h} * 3600 + int64_t{*mi} * 60 + *sec) + frac;
 }
 
 // A record that ran, with absolute times, before windowing and rebasing.
 struct Candidate {
   TraceJob job;
-  double submit_abs;
+  double submit_abs = 0;
 };
 
 std::vector<TraceJob> FinishImport(std::vector<Candidate> candidates, double earliest_submit,

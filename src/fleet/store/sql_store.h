@@ -147,8 +147,7 @@ class SqlStore final : public Store {
 
   static Principal PrincipalFromRow(const Row& row);
   // The one user kPrincipalSelect + `tail` finds, if any.
-  Result<std::optional<Principal>> QueryPrincipal(const std::string& tail,
-                                                  const Params& params);
+  Result<std::optional<Principal>> QueryPrincipal(const std::string& tail, const Params& params);
 
   Result<std::optional<Principal>> LookupToken(const std::string& token_sha256) override;
 

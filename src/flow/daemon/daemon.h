@@ -32,10 +32,9 @@
 
 #include <chrono>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"

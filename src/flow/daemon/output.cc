@@ -91,7 +91,7 @@ Status MakeDirectories(const std::string& path) {
       return Status::IOError("cannot create directory '" + prefix + "': " + std::strerror(errno));
     }
   }
-  struct stat info;
+  struct stat info {};
   if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     return Status::IOError("'" + path + "' is not a directory");
   }

@@ -52,8 +52,7 @@ Status MakePipe(internal::UniqueFd* read_end, internal::UniqueFd* write_end) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The daemon may have died between fork and prctl.
   if (::getppid() != daemon_pid) ::_exit(127);
-  struct sigaction default_action;
-  std::memset(&default_action, 0, sizeof(default_action));
+  struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   for (int signal_number = 1; signal_number < NSIG; ++signal_number) {
     if (signal_number == SIGKILL || signal_number == SIGSTOP) continue;

@@ -69,7 +69,7 @@ nlohmann::ordered_json CountersJson(const PortCounters& counters) {
 
 std::string HumanBytes(int64_t bytes) {
   char text[32];
-  if (bytes < 10 * 1024) {
+  if (bytes < int64_t{10} * 1024) {
     std::snprintf(text, sizeof(text), "%lld B", static_cast<long long>(bytes));
   } else if (bytes < int64_t{10} << 20) {
     std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "flow/dataflow/dataflow_internal.h"
 #include "base/yaml_tree.h"
+#include "flow/dataflow/dataflow_internal.h"
 
 namespace ferry::flow {
 namespace {
@@ -862,7 +862,7 @@ Result<std::string> ReadDescriptorFile(const std::string& path, const Reporter& 
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  struct stat info;
+  struct stat info {};
   if (::fstat(fd, &info) != 0) {
     return Status::IOError(reporter.name() + ": cannot stat: " + std::strerror(errno));
   }

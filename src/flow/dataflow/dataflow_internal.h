@@ -6,9 +6,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/yaml_tree.h"
 #include "ferry/base/status.h"
 #include "ferry/flow/dataflow.h"
-#include "base/yaml_tree.h"
 
 namespace ferry::flow::internal {
 

@@ -33,7 +33,7 @@ enum class Need { kExecute, kRead };
 
 // Checks `path` is a regular file the process may run (or read).
 Status CheckFile(const std::string& path, Need need) {
-  struct stat info;
+  struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     const int error = errno;
     if (error == ENOENT || error == ENOTDIR)
@@ -52,12 +52,12 @@ Status CheckFile(const std::string& path, Need need) {
 }
 
 bool Exists(const std::string& path) {
-  struct stat info;
+  struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
 }
 
 bool IsExecutableFile(const std::string& path) {
-  struct stat info;
+  struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
          ::access(path.c_str(), X_OK) == 0;
 }
@@ -72,7 +72,7 @@ std::string SearchPath(const std::string& name) {
     size_t end = search.find(':', start);
     if (end == std::string::npos) end = search.size();
     const std::string entry = search.substr(start, end - start);
-    const std::string candidate = Absolute("", (entry.empty() ? "." : entry) + "/" + name);
+    std::string candidate = Absolute("", (entry.empty() ? "." : entry) + "/" + name);
     if (IsExecutableFile(candidate)) return candidate;
     start = end + 1;
   }

@@ -599,8 +599,7 @@ void NodeImpl::AdoptReconnections() {
       Queue(EventType::kError, "",
             "input '" + input->config->id + "': reconnecting failed: " + result.status().message());
       if (input->subscriber == nullptr) {
-        if (input->config->producer_may_restart && !input->close_when_gone &&
-            DaemonConnected()) {
+        if (input->config->producer_may_restart && !input->close_when_gone && DaemonConnected()) {
           input->awaiting_daemon = true;  // a later restart may still reconnect it
         } else {
           CloseInput(*input);

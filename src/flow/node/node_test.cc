@@ -486,23 +486,27 @@ TEST(NodeDaemonTest, AMalformedMessageIsAnErrorEventAndAHangUpStops) {
   EXPECT_EQ(WaitChild(child), 0);
 }
 
+// A child process with node "producer" that sends one batch of 10 rows
+// (values from `seed`) on `channel` once a subscriber is there.
+pid_t ForkOneBatchProducer(const std::string& channel, int64_t seed) {
+  return ForkChild([&channel, seed] {
+    auto made = Node::FromConfig(Config("producer", {}, {{"out", channel}}), Options());
+    CHILD_OK(made, 30);
+    std::unique_ptr<Node> node = made.MoveValueUnsafe();
+    CHILD_OK(node->WaitForSubscribers("out", 1, kWait), 31);
+    auto batch = MakeBatch(node->OutputPool("out"), 10, seed);
+    CHILD_OK(batch, 32);
+    CHILD_OK(node->SendOutput("out", **batch), 33);
+    return 0;
+  });
+}
+
 TEST(NodeDaemonTest, AnInputReconnectsWhenItsProducerRestarts) {
   const std::string name = DaemonName("reconnect");
   ASSERT_OK_AND_ASSIGN(protocol::Listener listener, protocol::Listener::Listen(name));
   const std::string channel = UniqueChannel("restarting");
   Pipe second_arrived;
-  auto producer = [&](int64_t seed) {
-    return ForkChild([&, seed] {
-      auto made = Node::FromConfig(Config("producer", {}, {{"out", channel}}), Options());
-      CHILD_OK(made, 30);
-      std::unique_ptr<Node> node = made.MoveValueUnsafe();
-      CHILD_OK(node->WaitForSubscribers("out", 1, kWait), 31);
-      auto batch = MakeBatch(node->OutputPool("out"), 10, seed);
-      CHILD_OK(batch, 32);
-      CHILD_OK(node->SendOutput("out", **batch), 33);
-      return 0;
-    });
-  };
+  auto producer = [&](int64_t seed) { return ForkOneBatchProducer(channel, seed); };
   const pid_t consumer = ForkChild([&] {
     // The timer keeps the stream open while the producer is away.
     auto made = Node::FromConfig(
@@ -553,18 +557,7 @@ TEST(NodeDaemonTest, AnInputWhoseProducerMayRestartWaitsForTheDaemon) {
   const std::string name = DaemonName("may-restart");
   ASSERT_OK_AND_ASSIGN(protocol::Listener listener, protocol::Listener::Listen(name));
   const std::string channel = UniqueChannel("may-restart");
-  auto producer = [&](int64_t seed) {
-    return ForkChild([&, seed] {
-      auto made = Node::FromConfig(Config("producer", {}, {{"out", channel}}), Options());
-      CHILD_OK(made, 30);
-      std::unique_ptr<Node> node = made.MoveValueUnsafe();
-      CHILD_OK(node->WaitForSubscribers("out", 1, kWait), 31);
-      auto batch = MakeBatch(node->OutputPool("out"), 10, seed);
-      CHILD_OK(batch, 32);
-      CHILD_OK(node->SendOutput("out", **batch), 33);
-      return 0;
-    });
-  };
+  auto producer = [&](int64_t seed) { return ForkOneBatchProducer(channel, seed); };
   const pid_t consumer = ForkChild([&] {
     // The only input: without the flag its stream would end with the first producer.
     NodeConfig::Input input = ChannelInput("in", channel);

@@ -105,7 +105,8 @@ Result<std::optional<nlohmann::json>> Connection::Receive(std::chrono::nanosecon
       reset_seen = true;
       continue;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("recv on control connection", errno);
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return ErrnoError("recv on control connection", errno);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return Status::TimedOut("no control message");
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();

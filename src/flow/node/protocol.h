@@ -45,18 +45,16 @@
 // after such a producer finished (a restarted consumer, or one still
 // starting) gets input_closed for those inputs right after its hello; it
 // listens to the daemon while its inputs connect, so an input whose producer
-// is gone closes at once instead of waiting for a publisher that never comes. When a restarted producer
-// says ready, the daemon sends reconnect to its consumers, waits for their
-// "reconnected" (at most kReconnectAckTimeout in the daemon, then it goes on
-// and logs a warning), and only then sends start to the producer, so the new
-// instance's first messages find their consumers connected.
+// is gone closes at once instead of waiting for a publisher that never comes. When a restarted
+// producer says ready, the daemon sends reconnect to its consumers, waits for their "reconnected"
+// (at most kReconnectAckTimeout in the daemon, then it goes on and logs a warning), and only then
+// sends start to the producer, so the new instance's first messages find their consumers connected.
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "ferry/base/status.h"
 

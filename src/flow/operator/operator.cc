@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/base/telemetry.h"
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/bridge.h"
-#include "ferry/base/telemetry.h"
 #include "flow/operator/metadata_json.h"
 #include "flow/operator/schema_cache.h"
 
@@ -221,7 +221,7 @@ class OperatorAdapter {
               const Metadata& metadata) {
     if (batch.batch == nullptr) return Status::Invalid("SendOutput needs a batch");
     device::Device* device = batch.device ? batch.device : DeviceRegistry::Global().cpu();
-    ArrowDeviceArray c_array;
+    ArrowDeviceArray c_array{};
     FERRY_RETURN_NOT_OK(device::ExportDeviceArray(
         device::DeviceArray{batch.batch->ToStructArray(), device, batch.event}, &c_array));
     auto c_schema = ExportedSchema(batch.batch->schema());

@@ -13,12 +13,12 @@
 #include <set>
 #include <utility>
 
+#include "ferry/base/telemetry.h"
 #include "ferry/device/device.h"
 #include "ferry/device/device_bridge.h"
 #include "ferry/device/negotiate.h"
 #include "ferry/exchange/bridge.h"
 #include "ferry/flow/operator.h"
-#include "ferry/base/telemetry.h"
 #include "flow/operator/metadata_json.h"
 #include "flow/operator/schema_cache.h"
 #include "flow/operator/shared_array.h"
@@ -96,7 +96,7 @@ Result<std::unique_ptr<OperatorInstance>> OpenOperatorLibrary(const std::string&
     const char* why = ::dlerror();
     return Status::Invalid("cannot open " + named + ": " + (why ? why : "unknown dlopen error"));
   }
-  auto refuse = [&](std::string message) {
+  auto refuse = [&](const std::string& message) {
     ::dlclose(handle);
     return Status::Invalid(named + " " + message);
   };
@@ -566,7 +566,7 @@ class OperatorHost::Impl {
       if (!empty.ok()) return;
       batch = *empty;
     }
-    ArrowDeviceArray exported;
+    ArrowDeviceArray exported{};
     Status status = device::ExportDeviceArray(
         device::DeviceArray{batch->ToStructArray(), device::DeviceRegistry::Global().cpu(),
                             nullptr},
@@ -740,13 +740,13 @@ class OperatorHost::Impl {
     }
     auto shared = SharedDeviceArray::Adopt(std::move(array));
     for (const Target& target : targets) {
-      ArrowDeviceArray view;
+      ArrowDeviceArray view{};
       FERRY_RETURN_NOT_OK(shared->Share(&view));
       ++slots_[target.slot]->stats.inputs_shared;
       Enqueue(target, OwnedDeviceArray(&view), *schema, metadata_text, sequence);
     }
     if (publish) {
-      ArrowDeviceArray view;
+      ArrowDeviceArray view{};
       FERRY_RETURN_NOT_OK(shared->Share(&view));
       FERRY_RETURN_NOT_OK(Publish(slot, o, OwnedDeviceArray(&view), *schema, metadata_text)
                               .WithPrefix("publishing on the node: "));
@@ -775,8 +775,11 @@ class OperatorHost::Impl {
       auto* queue = static_cast<cl_command_queue>(out->native_queue);
       cl_context context = nullptr;
       cl_device_id native_device = nullptr;
+      // cl_context and cl_device_id are opaque handles: their size is what is asked.
+      // NOLINTNEXTLINE(bugprone-sizeof-expression)
       if (clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(context), &context, nullptr) !=
               CL_SUCCESS ||
+          // NOLINTNEXTLINE(bugprone-sizeof-expression)
           clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof(native_device), &native_device,
                                 nullptr) != CL_SUCCESS) {
         return Status::IOError("the OpenCL queue does not describe its context");

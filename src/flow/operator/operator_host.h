@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/c/ferry_operator.h"
 #include "ferry/base/status.h"
+#include "ferry/c/ferry_operator.h"
 #include "ferry/flow/node.h"
 #include "flow/operator/operator_list.h"
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "ferry/c/abi.h"
 #include "ferry/base/status.h"
+#include "ferry/c/abi.h"
 #include "ferry/exchange/type.h"
 
 namespace ferry::flow::internal {

@@ -15,14 +15,14 @@
 
 #include <memory>
 
-#include "ferry/c/abi.h"
 #include "ferry/base/status.h"
+#include "ferry/c/abi.h"
 
 namespace ferry::flow::internal {
 
 class OwnedDeviceArray {
  public:
-  OwnedDeviceArray() { array_.array.release = nullptr; }
+  OwnedDeviceArray() = default;
   // Takes `source` over (its release is NULL afterwards).
   explicit OwnedDeviceArray(ArrowDeviceArray* source);
   OwnedDeviceArray(OwnedDeviceArray&& other) noexcept;
@@ -40,7 +40,7 @@ class OwnedDeviceArray {
   void Reset();
 
  private:
-  ArrowDeviceArray array_;
+  ArrowDeviceArray array_{};  // all zero: empty (release NULL)
 };
 
 class SharedDeviceArray {

@@ -337,7 +337,7 @@ Status DeviceSender::Send(Publisher& publisher, const device::DeviceBatch& batch
     std::memcpy(out + cursor, &record, sizeof(record));
     cursor += sizeof(record);
   }
-  std::memcpy(out + cursor, encoded_schema.data(), encoded_schema.size());
+  std::copy_n(encoded_schema.data(), encoded_schema.size(), out + cursor);
   std::memset(out + cursor + encoded_schema.size(), 0, schema_padded - encoded_schema.size());
   cursor += schema_padded;
   Result<int64_t> written =
@@ -472,7 +472,7 @@ Status ResolveDeviceMessage(Message* message) {
   std::vector<uint8_t> envelope(size);
   std::memcpy(envelope.data(), column.buffers[1]->data() + column.offset, size);
 
-  EnvelopePrefix prefix;
+  EnvelopePrefix prefix{};
   std::memcpy(&prefix, envelope.data(), sizeof(prefix));
   if (prefix.magic != kDeviceEnvelopeMagic) return fail("bad magic");
   if (prefix.version != kDeviceEnvelopeVersion) {
@@ -517,7 +517,7 @@ Status ResolveDeviceMessage(Message* message) {
   state->carrier = std::move(message->batch);
   state->allocations.reserve(prefix.allocation_count);
   for (uint32_t index = 0; index < prefix.allocation_count; ++index) {
-    AllocationRecord record;
+    AllocationRecord record{};
     std::memcpy(&record, envelope.data() + kFixedBytes + sizeof(AllocationRecord) * index,
                 sizeof(record));
     if (record.reserved != 0 || record.allocation_size <= 0) {

@@ -5,6 +5,7 @@
 
 int main(void) {
   int count = ferry_telemetry_count();
-  printf("capi: %d telemetry counters, first %s\n", count, count > 0 ? ferry_telemetry_name(0) : "-");
+  printf("capi: %d telemetry counters, first %s\n", count,
+         count > 0 ? ferry_telemetry_name(0) : "-");
   return count > 0 ? 0 : 1;
 }

@@ -30,7 +30,8 @@ int RoundTrip() {
   auto back = ferry::ImportRecordBatch(&array, &schema);
   schema.release(&schema);
   if (!back.ok()) return Fail("import", back.status());
-  const bool same = (*back)->column(0)->buffers[1]->data() == (*batch)->column(0)->buffers[1]->data();
+  const bool same =
+      (*back)->column(0)->buffers[1]->data() == (*batch)->column(0)->buffers[1]->data();
   const int64_t copied = ferry::telemetry::Snapshot()["bytes_copied_host"];
   std::printf("roundtrip: %lld rows, same buffers %s, bytes copied %lld\n",
               static_cast<long long>((*back)->num_rows()), same ? "yes" : "no",

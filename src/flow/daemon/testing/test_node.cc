@@ -22,16 +22,16 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <thread>
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "ferry/exchange/builder.h"
 #include "ferry/flow/node.h"
@@ -106,10 +106,14 @@ bool ParseOptions(int argc, char** argv, Options* options) {
                                               {"--linger", &options->linger},
                                               {"--ignore-stop", &options->ignore_stop}};
   const std::map<std::string, int64_t*> numbers = {
-      {"--send", &options->send},           {"--rows", &options->rows},
-      {"--expect", &options->expect},       {"--wait-subscribers", &options->wait_subscribers},
-      {"--fail-runs", &options->fail_runs}, {"--fail-code", &options->fail_code},
-      {"--exit-code", &options->exit_code}, {"--crash-before-start", &options->crash_before_start},
+      {"--send", &options->send},
+      {"--rows", &options->rows},
+      {"--expect", &options->expect},
+      {"--wait-subscribers", &options->wait_subscribers},
+      {"--fail-runs", &options->fail_runs},
+      {"--fail-code", &options->fail_code},
+      {"--exit-code", &options->exit_code},
+      {"--crash-before-start", &options->crash_before_start},
       {"--delay-ready", &options->delay_ready_ms}};
   const std::map<std::string, std::string*> texts = {{"--stdout", &options->stdout_text},
                                                      {"--stderr", &options->stderr_text}};
