@@ -11,8 +11,12 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/server.env
         DESTINATION /etc/ferry PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ
         COMPONENT deb EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/docs/fleet.md ${PROJECT_SOURCE_DIR}/docs/fleet-server.md
-              ${PROJECT_SOURCE_DIR}/docs/fleet-agent.md ${PROJECT_SOURCE_DIR}/docs/install.md
+              ${PROJECT_SOURCE_DIR}/docs/fleet-agent.md ${PROJECT_SOURCE_DIR}/docs/fleet-metrics.md
+              ${PROJECT_SOURCE_DIR}/docs/install.md
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/ferry COMPONENT deb EXCLUDE_FROM_ALL)
+# Prometheus rules for the control plane (docs/fleet-metrics.md).
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/prometheus/ferry-rules.yml
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/ferry/prometheus COMPONENT deb EXCLUDE_FROM_ALL)
 
 set(CPACK_PACKAGE_NAME ferry)
 set(CPACK_PACKAGE_VENDOR "Ferry")

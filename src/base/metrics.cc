@@ -170,21 +170,16 @@ void FamilyBase::CheckArity(const std::vector<std::string>& values) const {
 
 }  // namespace internal
 
-template <>
-void Family<Counter>::Write(Writer* writer) const {
-  writer->Family(name_, "counter", help_);
+template <typename M>
+void Family<M>::Write(Writer* writer) const {
+  writer->Family(name_, std::is_same_v<M, Counter> ? "counter" : "gauge", help_);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [values, metric] : metrics_)
     writer->Sample(name_, Pairs(values), metric->value());
 }
 
-template <>
-void Family<Gauge>::Write(Writer* writer) const {
-  writer->Family(name_, "gauge", help_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [values, metric] : metrics_)
-    writer->Sample(name_, Pairs(values), metric->value());
-}
+template class Family<Counter>;
+template class Family<Gauge>;
 
 template <>
 void Family<Histogram>::Write(Writer* writer) const {

@@ -149,12 +149,11 @@ class Family final : public internal::FamilyBase {
   std::map<std::vector<std::string>, std::unique_ptr<M>> metrics_;
 };
 
-template <>
-void Family<Counter>::Write(Writer* writer) const;
-template <>
-void Family<Gauge>::Write(Writer* writer) const;
+// Written in metrics.cc, for these three kinds only.
 template <>
 void Family<Histogram>::Write(Writer* writer) const;
+extern template class Family<Counter>;
+extern template class Family<Gauge>;
 
 class Registry {
  public:

@@ -82,6 +82,16 @@ struct JobFilter {
   std::map<std::string, std::string> labels;  // every pair must match
 };
 
+// How many jobs are in one state with one reason, per tenant and team (the
+// metrics endpoint's job gauges).
+struct JobCount {
+  std::string state;  // ToString(JobState)
+  std::string reason;
+  std::string tenant;
+  std::string team;
+  int64_t jobs = 0;
+};
+
 // Newest first (id descending). `next_before_id` is set when more jobs match.
 struct JobPage {
   std::vector<Job> jobs;
@@ -241,6 +251,8 @@ class Store {
   // Jobs with id < before_id (when set), newest first, at most `limit`.
   virtual Result<JobPage> ListJobs(const Scope& scope, const JobFilter& filter,
                                    std::optional<int64_t> before_id, int limit) = 0;
+  // Every job counted by (state, reason, tenant, team), in that order.
+  virtual Result<std::vector<JobCount>> CountJobs() = 0;
   virtual Result<CancelOutcome> CancelJob(const Scope& scope, int64_t job_id,
                                           const std::string& actor, int64_t now_ms) = 0;
   // Events with id > after_id, oldest first. nullopt when the job is not in scope.

@@ -13,6 +13,7 @@
 //   user_handlers.cc      /v1/whoami, /v1/admin/users...
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
 //   scheduler_handler.cc  /v1/scheduler
+//   metrics_handler.cc    /metrics (server_metrics.h)
 //   scheduler_loop.cc     the scheduler thread's passes and preemptions
 //   maintenance_loop.cc   lease and runtime expiry, config reload, key purge
 //
@@ -57,6 +58,7 @@
 #include "fleet/server/provisioning.h"
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/scheduler_view.h"
+#include "fleet/server/server_metrics.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -168,7 +170,11 @@ class FleetServer {
     routes_.push_back({method, pattern, access, std::move(handler)});
   }
   void InstallRoutes();
+  // Dispatch times and counts each request (metrics_) around DispatchToRoute,
+  // which finds the route, authenticates and runs the handler; `matched` is
+  // the route found, or null.
   void Dispatch(const httplib::Request& req, httplib::Response& res);
+  void DispatchToRoute(const httplib::Request& req, httplib::Response& res, const Route** matched);
   // Resolves the bearer token; sends 401 and returns nullopt when it fails.
   std::optional<Principal> Authenticate(Call& c);
 
@@ -195,6 +201,7 @@ class FleetServer {
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
   void GetScheduler(Call& c);
+  void GetMetrics(Call& c);
 
   // Adds a new token for `owner` (a new user or an existing one) and answers
   // 201 with the user and the token, shown this once.
@@ -293,6 +300,7 @@ class FleetServer {
   RateLimiter limiter_;
   InFlightKeys in_flight_;
   TokenCache token_cache_;
+  ServerMetrics metrics_;
 
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;

@@ -2,6 +2,7 @@
 // to a route, the bearer token, the caller's role, the rate limit, reading
 // the body and query, and the JSON and problem answers.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -174,6 +175,18 @@ std::optional<Principal> FleetServer::Authenticate(Call& c) {
 }
 
 void FleetServer::Dispatch(const httplib::Request& req, httplib::Response& res) {
+  const auto started = std::chrono::steady_clock::now();
+  const Route* route = nullptr;
+  metrics_.in_flight().Add(1);
+  DispatchToRoute(req, res, &route);
+  metrics_.in_flight().Add(-1);
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+  metrics_.Request(req.method, route != nullptr ? std::string_view(route->pattern) : "unmatched",
+                   res.status, elapsed.count());
+}
+
+void FleetServer::DispatchToRoute(const httplib::Request& req, httplib::Response& res,
+                                  const Route** matched) {
   const std::string method = req.method == "HEAD" ? "GET" : req.method;
   const Route* route = nullptr;
   std::vector<std::string> allowed;
@@ -189,6 +202,7 @@ void FleetServer::Dispatch(const httplib::Request& req, httplib::Response& res) 
       captures = std::move(found);
     }
   }
+  *matched = route;
   Call c{req, res, std::move(captures), {}, ParseQuery(req.target)};
   if (route == nullptr) {
     if (allowed.empty()) {
@@ -208,6 +222,7 @@ void FleetServer::Dispatch(const httplib::Request& req, httplib::Response& res) 
     // Agents share one identity across nodes, so they are not rate limited.
     if (role != Role::kAgent) {
       if (int64_t retry = limiter_.Acquire(c.principal.user_id, NowMs()); retry > 0) {
+        metrics_.RateLimited();
         res.set_header("Retry-After", std::to_string(retry));
         SendProblem(c, 429, "rate-limited",
                     "too many requests; retry in " + std::to_string(retry) + " s");

@@ -104,6 +104,7 @@ void FleetServer::SubmitJob(Call& c) {
       return;
     case SubmitResult::Outcome::kReplayed:
       c.res.set_header("Idempotent-Replayed", "true");
+      metrics_.IdempotentReplay();
       break;
     case SubmitResult::Outcome::kCreated:
       WakeScheduler();

@@ -40,6 +40,8 @@ void FleetServer::InstallRoutes() {
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
   AddRoute("GET", "/v1/scheduler", Access::kAdmin, bind(&FleetServer::GetScheduler));
+  // Per-tenant series: platform admins only (docs/fleet-metrics.md).
+  AddRoute("GET", "/metrics", Access::kAdmin, bind(&FleetServer::GetMetrics));
 
   auto dispatch = [this](const httplib::Request& req, httplib::Response& res) {
     Dispatch(req, res);

@@ -41,6 +41,10 @@ Status FleetServer::SchedulingPass() {
     core_.last_cycle_ms = now;
     core_.preemptions += static_cast<int64_t>(decision.preemptions.size());
   }
+  metrics_.Cycle(decision.stats, now);
+  for (const sched::Preemption& preemption : decision.preemptions) {
+    metrics_.Preempted(preemption.reason);
+  }
 
   std::unordered_map<int64_t, int> attempts;
   for (const sched::PendingJob& job : snapshot.pending) attempts[job.job_id] = job.attempt;

@@ -899,6 +899,128 @@ TEST(FleetServer, StopsPromptlyWithLongPollsOpen) {
   EXPECT_TRUE(reply.status == 200 || reply.status == 0);
 }
 
+// The value of the first sample of `series` (name and labels as written) in a
+// Prometheus text scrape, or -1.
+double SampleValue(const std::string& text, const std::string& series) {
+  size_t at = 0;
+  while ((at = text.find(series + " ", at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') {
+      return std::stod(text.substr(at + series.size() + 1));
+    }
+    at += series.size();
+  }
+  return -1;
+}
+
+TEST(FleetServer, MetricsShowRequestsJobsNodesAndTheScheduler) {
+  TestServer server;
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-a", "T4", 2)).status,
+            200);
+  // One job that runs, one that waits for the GPU it holds, one submitted
+  // twice with the same key (a replay), one refused as unsatisfiable.
+  json fits = SimpleJob("fits");
+  fits["gpus_per_task"] = 1;
+  ASSERT_EQ(server.Post("/v1/jobs", ana, fits).status, 201);
+  ASSERT_TRUE(WaitFor([&] {
+    return server.Get("/v1/jobs?state=RUNNING,ADMITTED", ana).raw.find("\"fits\"") !=
+           std::string::npos;
+  }));
+  json waits = SimpleJob("waits");
+  waits["gpus_per_task"] = 2;
+  ASSERT_EQ(server.Post("/v1/jobs", ana, waits).status, 201);
+  httplib::Headers key = {{"Idempotency-Key", "metrics-1"}};
+  ASSERT_EQ(server.Post("/v1/jobs", ana, SimpleJob("again"), key).status, 201);
+  ASSERT_EQ(server.Post("/v1/jobs", ana, SimpleJob("again"), key).status, 201);
+  json huge = SimpleJob("huge");
+  huge["gpus_per_task"] = 8;
+  ExpectProblem(server.Post("/v1/jobs", ana, huge), 422, "unsatisfiable");
+  EXPECT_EQ(server.Get("/v1/jobs/999999", ana).status, 404);
+  EXPECT_EQ(server.Get("/no/such/route", ana).status, 404);
+
+  // Platform admins only: the scrape names every tenant.
+  ExpectProblem(server.Get("/metrics", ana), 403, "forbidden");
+  EXPECT_EQ(server.Get("/metrics", "").status, 401);
+
+  // The scheduler has placed "fits" and "again" and given "waits" its reason.
+  std::string reason;
+  ASSERT_TRUE(WaitFor([&] {
+    const Reply pending = server.Get("/v1/jobs?state=PENDING", ana);
+    if (pending.status != 200 || pending.body["jobs"].size() != 1) return false;
+    reason = pending.body["jobs"][0].value("reason", "");
+    return reason != "SUBMITTED";
+  }));
+  std::string text;
+  ASSERT_TRUE(WaitFor([&] {
+    Reply scrape = server.Get("/metrics", server.admin());
+    text = scrape.raw;
+    return scrape.status == 200 && SampleValue(text, "ferry_scheduler_placements_total") >= 2;
+  })) << text;
+  const Reply scrape = server.Get("/metrics", server.admin());
+  EXPECT_EQ(scrape.Header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  text = scrape.raw;
+
+  EXPECT_EQ(
+      SampleValue(text, R"(ferry_http_requests_total{method="POST",route="/v1/jobs",code="2xx"})"),
+      4)
+      << text;
+  EXPECT_EQ(
+      SampleValue(text, R"(ferry_http_requests_total{method="POST",route="/v1/jobs",code="4xx"})"),
+      1)
+      << text;
+  EXPECT_GE(SampleValue(
+                text, R"(ferry_http_requests_total{method="GET",route="/v1/jobs/{}",code="4xx"})"),
+            1);
+  EXPECT_GE(
+      SampleValue(text, R"(ferry_http_requests_total{method="GET",route="unmatched",code="4xx"})"),
+      1);
+  EXPECT_GE(
+      SampleValue(text, R"(ferry_http_requests_total{method="GET",route="/metrics",code="4xx"})"),
+      2);
+  EXPECT_GE(
+      SampleValue(
+          text,
+          R"(ferry_http_request_duration_seconds_count{method="POST",route="/v1/jobs",code="2xx"})"),
+      3);
+  EXPECT_NE(
+      text.find(
+          R"(ferry_http_request_duration_seconds_bucket{method="POST",route="/v1/jobs",code="2xx",le="+Inf"})"),
+      std::string::npos);
+  EXPECT_EQ(SampleValue(text, "ferry_idempotent_replays_total"), 1);
+  EXPECT_EQ(SampleValue(text, "ferry_http_requests_in_flight"), 1);  // this scrape
+  EXPECT_GE(SampleValue(text, "ferry_scheduler_cycle_duration_seconds_count"), 1);
+  EXPECT_GT(SampleValue(text, "ferry_scheduler_last_cycle_timestamp_seconds"), 1.7e9);
+
+  // Store-backed gauges.
+  EXPECT_EQ(SampleValue(text, R"(ferry_nodes{pool="default",state="READY"})"), 1) << text;
+  EXPECT_EQ(SampleValue(text, R"(ferry_gpus{pool="default",model="T4"})"), 2) << text;
+  EXPECT_EQ(SampleValue(text, R"(ferry_gpus_free{pool="default"})"), 1) << text;
+  double acme_jobs = 0;
+  for (const char* state : {"PENDING", "ADMITTED", "RUNNING", "SUCCEEDED", "FAILED"}) {
+    const double n = SampleValue(
+        text, std::string(R"(ferry_jobs{state=")") + state + R"(",tenant="acme",team="ml"})");
+    if (n > 0) acme_jobs += n;
+  }
+  EXPECT_EQ(acme_jobs, 3) << text;
+  EXPECT_EQ(SampleValue(text, R"(ferry_jobs{state="PENDING",tenant="acme",team="ml"})"), 1) << text;
+  // "waits" is pending with the reason the scheduler gave (GET /v1/jobs shows the same).
+  EXPECT_EQ(SampleValue(
+                text, R"(ferry_pending_jobs{reason=")" + reason + R"(",tenant="acme",team="ml"})"),
+            1)
+      << text;
+  // The process telemetry rides along.
+  EXPECT_NE(text.find("# TYPE ferry_bytes_copied_host_total counter\n"), std::string::npos);
+  // Every family has HELP and TYPE, and no name is declared twice.
+  std::set<std::string> types;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    EXPECT_TRUE(types.insert(name).second) << "declared twice: " << name;
+    EXPECT_NE(text.find("# HELP " + name + " "), std::string::npos) << name;
+  }
+}
+
 TEST(FleetServer, StopsOnSigterm) {
   ferry::testing::ScratchDir scratch("ferry-server-test");
   ASSERT_TRUE(scratch.ok());

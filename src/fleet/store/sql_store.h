@@ -180,6 +180,8 @@ class SqlStore final : public Store {
   Result<JobPage> ListJobs(const Scope& scope, const JobFilter& filter,
                            std::optional<int64_t> before_id, int limit) override;
 
+  Result<std::vector<JobCount>> CountJobs() override;
+
   Result<CancelOutcome> CancelJob(const Scope& scope, int64_t job_id, const std::string& actor,
                                   int64_t now_ms) override;
 

@@ -66,6 +66,25 @@ Result<std::optional<Job>> SqlStore::GetJob(const Scope& scope, int64_t job_id) 
   return out;
 }
 
+Result<std::vector<JobCount>> SqlStore::CountJobs() {
+  std::vector<JobCount> out;
+  FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows rows,
+        c.Query("SELECT j.state, j.reason, tn.name, tm.name, COUNT(*) FROM jobs j"
+                " JOIN tenants tn ON tn.id = j.tenant_id JOIN teams tm ON tm.id = j.team_id"
+                " GROUP BY j.state, j.reason, tn.name, tm.name"
+                " ORDER BY j.state, j.reason, tn.name, tm.name"));
+    out.clear();
+    out.reserve(rows.size());
+    for (const Row& row : rows.rows) {
+      out.push_back({row.Text(0), row.Text(1), row.Text(2), row.Text(3), row.Int(4)});
+    }
+    return Status::OK();
+  }));
+  return out;
+}
+
 Result<JobPage> SqlStore::ListJobs(const Scope& scope, const JobFilter& filter,
                                    std::optional<int64_t> before_id, int limit) {
   limit = std::clamp(limit, 1, 10000);

@@ -15,7 +15,10 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "fleet/store/schema.h"
 #include "fleet/store/sql_db.h"
@@ -599,6 +602,31 @@ TEST_P(StoreTest, ListJobsPagesFiltersAndScopes) {
   ASSERT_OK_AND_ASSIGN(auto visible, store_->GetJob(Scope::Tenant(eve.tenant_id), eves));
   ASSERT_TRUE(visible.has_value());
   EXPECT_EQ(visible->state, JobState::kPending);
+}
+
+TEST_P(StoreTest, CountJobsGroupsByStateReasonTenantAndTeam) {
+  ASSERT_OK_AND_ASSIGN(std::vector<JobCount> none, store_->CountJobs());
+  EXPECT_TRUE(none.empty());
+  Principal ana = User("acme", "ml", "ana");
+  Principal bob = User("acme", "ops", "bob");
+  Principal eve = User("evil", "red", "eve");
+  Submit(ana, Spec("a1"));
+  const int64_t a2 = Submit(ana, Spec("a2")).id;
+  Submit(ana, Spec("a3"));
+  Submit(bob, Spec("b1"));
+  Submit(eve, Spec("e1"));
+  ASSERT_OK_AND_ASSIGN(auto cancelled, store_->CancelJob(Scope::All(), a2, "ana", 5000));
+  ASSERT_EQ(cancelled, CancelOutcome::kCancelled);
+
+  ASSERT_OK_AND_ASSIGN(std::vector<JobCount> counts, store_->CountJobs());
+  std::vector<std::tuple<std::string, std::string, std::string, std::string, int64_t>> got;
+  for (const JobCount& c : counts) got.emplace_back(c.state, c.reason, c.tenant, c.team, c.jobs);
+  const std::string cancelled_reason(reason::kCancelledByUser);
+  const std::string submitted(reason::kSubmitted);
+  EXPECT_EQ(got, (decltype(got){{"CANCELLED", cancelled_reason, "acme", "ml", 1},
+                                {"PENDING", submitted, "acme", "ml", 2},
+                                {"PENDING", submitted, "acme", "ops", 1},
+                                {"PENDING", submitted, "evil", "red", 1}}));
 }
 
 TEST_P(StoreTest, CancelInEachState) {
