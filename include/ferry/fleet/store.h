@@ -82,6 +82,23 @@ struct JobFilter {
   std::map<std::string, std::string> labels;  // every pair must match
 };
 
+// Which events a watcher wants (GET /v1/jobs:watch): the event's own state
+// (only "state" events carry one) and the job's team. Empty: all.
+struct EventFilter {
+  std::vector<JobState> states;
+  std::string team;  // team name
+};
+
+// An event of any job, with the owner a watcher scopes and filters by.
+struct WatchedEvent {
+  JobEvent event;
+  int64_t tenant_id = 0;
+  std::string tenant;
+  std::string team;
+  std::string user;
+  std::string job_name;
+};
+
 // How many jobs are in one state with one reason, per tenant and team (the
 // metrics endpoint's job gauges).
 struct JobCount {
@@ -259,6 +276,14 @@ class Store {
   virtual Result<std::optional<std::vector<JobEvent>>> ListEvents(const Scope& scope,
                                                                   int64_t job_id, int64_t after_id,
                                                                   int limit) = 0;
+  // Events of every job in scope that match `filter`, with id > after_id,
+  // oldest first, at most `limit` (1 to 10,000). Event ids are global and
+  // only grow, so the last id seen is a resource version to resume from.
+  virtual Result<std::vector<WatchedEvent>> ListEventsSince(const Scope& scope, int64_t after_id,
+                                                            const EventFilter& filter,
+                                                            int limit) = 0;
+  // The id of the newest event of any job; 0 when there is none.
+  virtual Result<int64_t> LatestEventId() = 0;
   // Drops idempotency records older than now_ms - ttl_ms; returns how many.
   virtual Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) = 0;
   // RUNNING (or ADMITTED) jobs past max_runtime_seconds become TIMEOUT; returns their ids.

@@ -188,6 +188,11 @@ class SqlStore final : public Store {
   Result<std::optional<std::vector<JobEvent>>> ListEvents(const Scope& scope, int64_t job_id,
                                                           int64_t after_id, int limit) override;
 
+  Result<std::vector<WatchedEvent>> ListEventsSince(const Scope& scope, int64_t after_id,
+                                                    const EventFilter& filter, int limit) override;
+
+  Result<int64_t> LatestEventId() override;
+
   Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) override;
 
   Result<std::vector<int64_t>> ExpireRuntimes(int64_t now_ms) override;

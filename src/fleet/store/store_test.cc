@@ -629,6 +629,61 @@ TEST_P(StoreTest, CountJobsGroupsByStateReasonTenantAndTeam) {
                                 {"PENDING", submitted, "evil", "red", 1}}));
 }
 
+TEST_P(StoreTest, EventsSinceAcrossJobsScopedAndFiltered) {
+  ASSERT_OK_AND_ASSIGN(int64_t empty_head, store_->LatestEventId());
+  EXPECT_EQ(empty_head, 0);
+  Principal ana = User("acme", "ml", "ana");
+  Principal bob = User("acme", "ops", "bob");
+  Principal eve = User("evil", "red", "eve");
+  const int64_t a1 = Submit(ana, Spec("a1")).id;
+  const int64_t b1 = Submit(bob, Spec("b1")).id;
+  const int64_t e1 = Submit(eve, Spec("e1")).id;
+  ASSERT_OK_AND_ASSIGN(auto cancelled, store_->CancelJob(Scope::All(), a1, "ana", 5000));
+  ASSERT_EQ(cancelled, CancelOutcome::kCancelled);
+
+  auto since = [&](const Scope& scope, int64_t after, const EventFilter& filter, int limit) {
+    auto events = store_->ListEventsSince(scope, after, filter, limit);
+    EXPECT_TRUE(events.ok()) << events.status().ToString();
+    return events.ok() ? *events : std::vector<WatchedEvent>{};
+  };
+  std::vector<WatchedEvent> all = since(Scope::All(), 0, {}, 100);
+  ASSERT_GE(all.size(), 4u);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LT(all[i - 1].event.id, all[i].event.id);
+  ASSERT_OK_AND_ASSIGN(int64_t head, store_->LatestEventId());
+  EXPECT_EQ(head, all.back().event.id);
+  EXPECT_EQ(all.front().event.job_id, a1);
+  EXPECT_EQ(all.front().tenant, "acme");
+  EXPECT_EQ(all.front().team, "ml");
+  EXPECT_EQ(all.front().user, "ana");
+  EXPECT_EQ(all.front().job_name, "a1");
+  EXPECT_EQ(all.front().tenant_id, ana.tenant_id);
+
+  // One tenant sees none of another's events.
+  for (const WatchedEvent& w : since(Scope::Tenant(eve.tenant_id), 0, {}, 100)) {
+    EXPECT_EQ(w.event.job_id, e1);
+  }
+  std::set<int64_t> acme_jobs;
+  for (const WatchedEvent& w : since(Scope::Tenant(ana.tenant_id), 0, {}, 100)) {
+    acme_jobs.insert(w.event.job_id);
+  }
+  EXPECT_EQ(acme_jobs, (std::set<int64_t>{a1, b1}));
+
+  // Resuming after an id, the limit, and the filters.
+  std::vector<WatchedEvent> first_two = since(Scope::All(), 0, {}, 2);
+  ASSERT_EQ(first_two.size(), 2u);
+  std::vector<WatchedEvent> rest = since(Scope::All(), first_two.back().event.id, {}, 100);
+  EXPECT_EQ(rest.size() + 2, all.size());
+  EXPECT_TRUE(since(Scope::All(), head, {}, 100).empty());
+  std::vector<WatchedEvent> cancels = since(Scope::All(), 0, {{JobState::kCancelled}, ""}, 100);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].event.job_id, a1);
+  EXPECT_EQ(cancels[0].event.type, "state");
+  for (const WatchedEvent& w : since(Scope::All(), 0, {{}, "ops"}, 100)) {
+    EXPECT_EQ(w.event.job_id, b1);
+  }
+  EXPECT_TRUE(since(Scope::Tenant(eve.tenant_id), 0, {{}, "ml"}, 100).empty());
+}
+
 TEST_P(StoreTest, CancelInEachState) {
   Principal ana = User("acme", "ml", "ana");
   Register("gpu-a", 4);
