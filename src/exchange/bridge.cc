@@ -469,6 +469,27 @@ void FillExportedArray(ArrayRecord* record, ArrayFamily* children, int64_t n_chi
   out->private_data = record;
 }
 
+// Arrow C++ aborts the importing process (pyarrow included) on a map whose
+// entries struct or keys child has a null anywhere, so such a map is not
+// handed on. Export counts each child's nulls for its header anyway.
+Status CheckMapEntriesExportable(const ArrayData& map, const ColumnPath& path) {
+  if (map.children.size() != 1 || map.children[0] == nullptr) return Status::OK();
+  const ArrayData& entries = *map.children[0];
+  if (const int64_t nulls = entries.GetNullCount(); nulls > 0) {
+    return Status::Invalid(
+        path.Render() + ": map entries must not be null: " + std::to_string(nulls) + " of the " +
+        std::to_string(entries.length) + " entries are null, which Arrow C++ consumers refuse");
+  }
+  if (entries.children.empty() || entries.children[0] == nullptr) return Status::OK();
+  const ArrayData& keys = *entries.children[0];
+  if (const int64_t nulls = keys.GetNullCount(); nulls > 0) {
+    return Status::Invalid(path.Render() + ": map keys must not be null: " + std::to_string(nulls) +
+                           " of the " + std::to_string(keys.length) +
+                           " keys are null, which Arrow C++ consumers refuse");
+  }
+  return Status::OK();
+}
+
 Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
                          const ArrayExportOptions& options, ArrayRecord* record, char** extra,
                          ArrowArray* out) {
@@ -530,6 +551,10 @@ Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
       }
     }
     buffers[buffer_count] = sizes_pointer;
+  }
+
+  if (options.host_readable && storage.id == TypeId::kMap) {
+    FERRY_RETURN_NOT_OK(CheckMapEntriesExportable(*data, path));
   }
 
   ArrayFamily* children = nullptr;
@@ -1150,7 +1175,6 @@ Status CheckDeviceNode(const ArrayData& data, const DataType& storage, int64_t e
   switch (storage.id) {
     case TypeId::kStruct:
     case TypeId::kSparseUnion:
-      if (data.length == 0) return Status::OK();
       return check_children_cover(end, "offset + length");
     case TypeId::kFixedSizeList: {
       if (data.length == 0) return Status::OK();

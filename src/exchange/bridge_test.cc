@@ -391,6 +391,33 @@ TEST_F(BridgeTest, MapRoundTripAndKeysSortedFlag) {
   c_schema.release(&c_schema);
 }
 
+// Arrow C++ aborts on importing a map with a null entry or key anywhere in
+// its children, so export refuses one (naming the rule) and exports nothing.
+TEST_F(BridgeTest, MapWithNullEntriesOrKeysIsNotExported) {
+  auto type = map(utf8(), int32());
+  auto entries_with_null = MakeData(type->children[0].type, 2, {ValidityBuffer({true, false})}, 1,
+                                    {Utf8s({"a", "b"}), Int32s({1, 2})});
+  ArrowArray c_array;
+  c_array.release = nullptr;
+  Status status = ExportArray(
+      MakeData(type, 1, {nullptr, ValuesBuffer<int32_t>({0, 1})}, 0, {entries_with_null}),
+      &c_array);
+  EXPECT_THAT(status.message(),
+              HasSubstr("array: map entries must not be null: 1 of the 2 entries are null"));
+  EXPECT_EQ(c_array.release, nullptr);
+
+  // A null key that no map slot refers to still counts; inside a struct the
+  // path names the column.
+  auto entries = MakeData(type->children[0].type, 2, {nullptr}, 0,
+                          {Utf8s({"a", std::nullopt}), Int32s({1, 2})});
+  auto maps = MakeData(type, 1, {nullptr, ValuesBuffer<int32_t>({0, 1})}, 0, {entries});
+  auto column = MakeData(struct_({field("m", type)}), 1, {nullptr}, 0, {maps});
+  status = ExportArray(column, &c_array);
+  EXPECT_THAT(status.message(),
+              HasSubstr("array.'m': map keys must not be null: 1 of the 2 keys are null"));
+  EXPECT_EQ(c_array.release, nullptr);
+}
+
 TEST_F(BridgeTest, UnionsRoundTripWithoutValidity) {
   auto ints = Int32s({1, 2, 3, 4, 5});
   auto strings = Utf8s({"a", "b", std::nullopt, "d", "e"});

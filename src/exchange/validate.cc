@@ -176,6 +176,89 @@ Utf8Result CheckUtf8(const uint8_t* bytes, int64_t size) {
   return {};
 }
 
+// ---- Decimals -------------------------------------------------------------------
+
+// decimal256 holds up to 76 digits; 10^76 < 2^255.
+constexpr int32_t kMaxDecimalDigits = 76;
+
+using Words256 = std::array<uint64_t, 4>;  // little-endian 64-bit words
+
+// `value` * 10 + `add` on four words (no overflow below 10^77).
+Words256 TimesTenPlus(const Words256& value, uint64_t add) {
+  Words256 out{};
+  unsigned __int128 carry = add;
+  for (size_t limb = 0; limb < value.size(); ++limb) {
+    const unsigned __int128 product = static_cast<unsigned __int128>(value[limb]) * 10 + carry;
+    out[limb] = static_cast<uint64_t>(product);
+    carry = product >> 64;
+  }
+  return out;
+}
+
+// 10^digits for digits in [0, 76].
+const Words256& PowerOfTen(int32_t digits) {
+  static const std::array<Words256, kMaxDecimalDigits + 1> kPowers = [] {
+    std::array<Words256, kMaxDecimalDigits + 1> powers{};
+    powers[0] = {1, 0, 0, 0};
+    for (size_t index = 1; index < powers.size(); ++index) {
+      powers[index] = TimesTenPlus(powers[index - 1], 0);
+    }
+    return powers;
+  }();
+  return kPowers[static_cast<size_t>(digits)];
+}
+
+// |value| of the signed integer in `width` little-endian bytes (4, 8, 16
+// or 32, in `Limbs` 64-bit words: decimal32 and decimal64 are read as one
+// sign-extended word), and whether it is negative. The most negative value
+// stays itself, 2^(64 * Limbs - 1), above every power of ten that bounds it.
+template <int Limbs>
+Words256 DecimalMagnitude(const uint8_t* bytes, int32_t width, bool* negative) {
+  Words256 words{};
+  if constexpr (Limbs == 1) {
+    const int64_t word =
+        width == 4 ? int64_t{LoadAt<int32_t>(bytes, 0)} : LoadAt<int64_t>(bytes, 0);
+    *negative = word < 0;
+    words[0] = *negative ? 0 - static_cast<uint64_t>(word) : static_cast<uint64_t>(word);
+  } else {
+    for (size_t limb = 0; limb < Limbs; ++limb) {
+      words[limb] = LoadAt<uint64_t>(bytes, static_cast<int64_t>(limb));
+    }
+    *negative = static_cast<int64_t>(words[Limbs - 1]) < 0;
+    if (*negative) {
+      uint64_t carry = 1;
+      for (size_t limb = 0; limb < Limbs; ++limb) {
+        words[limb] = ~words[limb] + carry;
+        carry = carry != 0 && words[limb] == 0 ? 1 : 0;
+      }
+    }
+  }
+  return words;
+}
+
+// The decimal digits of a DecimalMagnitude, for error messages.
+template <int Limbs>
+std::string DecimalText(const uint8_t* bytes, int32_t width) {
+  bool negative = false;
+  Words256 words = DecimalMagnitude<Limbs>(bytes, width, &negative);
+  std::string digits;
+  auto is_zero = [&] {
+    return std::all_of(words.begin(), words.end(), [](uint64_t w) { return w == 0; });
+  };
+  do {
+    unsigned __int128 remainder = 0;
+    for (size_t limb = words.size(); limb-- > 0;) {
+      const unsigned __int128 current = (remainder << 64) | words[limb];
+      words[limb] = static_cast<uint64_t>(current / 10);
+      remainder = current % 10;
+    }
+    digits.push_back(static_cast<char>('0' + static_cast<int>(remainder)));
+  } while (!is_zero());
+  if (negative) digits.push_back('-');
+  std::reverse(digits.begin(), digits.end());
+  return digits;
+}
+
 // ---- Per-type layout ----------------------------------------------------------
 
 // Bytes per value of a fixed-width value buffer; 0 for anything else (bool is
@@ -382,6 +465,27 @@ class ArrayValidator {
     return Status::OK();
   }
 
+  // Arrow C++ sizes the views buffer by offset + length even when the
+  // length is 0 (its consumers index views from the offset), so unlike the
+  // other buffers of a zero-length array it may not be empty at an offset.
+  Status CheckViewsFit() const {
+    if (data_.length > 0) return CheckElementsFit(1, "views", end_, kViewBytes);
+    int64_t required = 0;
+    if (__builtin_mul_overflow(end_, kViewBytes, &required)) {
+      return Invalid("views buffer (buffer 1) would need ", end_, " views of ", kViewBytes,
+                     " bytes, which overflows int64 (offset ", data_.offset, " + length 0)");
+    }
+    const int64_t size = BufferSize(data_, 1);
+    if (size < required) {
+      return Invalid(
+          "views buffer (buffer 1) is too small: even a zero-length view array needs "
+          "offset views, ",
+          end_, " views of ", kViewBytes, " bytes need ", required, " bytes (offset ", data_.offset,
+          " + length 0), has ", size);
+    }
+    return Status::OK();
+  }
+
   Status CheckBitsFit(size_t index, const char* name, int64_t bits) const {
     if (data_.length == 0) return Status::OK();
     const int64_t required = bits / 8 + (bits % 8 != 0 ? 1 : 0);
@@ -464,7 +568,7 @@ class ArrayValidator {
         return CheckOffsetEndpoints<int64_t>(1, BufferSize(data_, 2), "data buffer size");
       case TypeId::kBinaryView:
       case TypeId::kUtf8View:
-        return CheckElementsFit(1, "views", end_, kViewBytes);
+        return CheckViewsFit();
       case TypeId::kList:
       case TypeId::kMap:
       case TypeId::kLargeList:
@@ -555,7 +659,7 @@ class ArrayValidator {
     switch (type_->id) {
       case TypeId::kStruct:
       case TypeId::kSparseUnion:
-        if (data_.length == 0) return Status::OK();
+        // Also at length 0: Arrow C++ holds every child to offset + length.
         return CheckEveryChildCovers(end_, "offset + length");
       case TypeId::kFixedSizeList: {
         if (data_.length == 0) return Status::OK();
@@ -622,9 +726,101 @@ class ArrayValidator {
         return CheckRunEnds();
       case TypeId::kDictionary:
         return CheckDictionaryIndices();
+      case TypeId::kDecimal32:
+        return CheckDecimals<1>();
+      case TypeId::kDecimal64:
+        return CheckDecimals<1>();
+      case TypeId::kDecimal128:
+        return CheckDecimals<2>();
+      case TypeId::kDecimal256:
+        return CheckDecimals<4>();
+      case TypeId::kTime32:
+        return CheckTimesOfDay<int32_t>();
+      case TypeId::kTime64:
+        return CheckTimesOfDay<int64_t>();
+      case TypeId::kDate64:
+        return CheckWholeDays();
       default:
         return Status::OK();
     }
+  }
+
+  // Runs `is_good(position)` over every slot first, a loop without branches
+  // on validity; only when some slot fails are the slots walked again to
+  // find the first valid one that fails (a null slot's value is
+  // unspecified). `describe(position)` words the error.
+  template <typename IsGood, typename Describe>
+  Status CheckValidSlots(IsGood is_good, Describe describe) const {
+    if (data_.length == 0) return Status::OK();
+    bool all_good = true;
+    for (int64_t position = data_.offset; position < end_; ++position) {
+      all_good &= is_good(position);
+    }
+    if (all_good) return Status::OK();
+    for (int64_t position = data_.offset; position < end_; ++position) {
+      if (SlotIsValid(position) && !is_good(position)) return describe(position);
+    }
+    return Status::OK();
+  }
+
+  // time32[s] and [ms], time64[us] and [ns] count since midnight: [0, one day).
+  template <typename Value>
+  Status CheckTimesOfDay() const {
+    constexpr int64_t kSecondsPerDay = 86400;
+    int64_t per_day = kSecondsPerDay;
+    if (type_->unit == TimeUnit::kMilli) per_day = kSecondsPerDay * 1000;
+    if (type_->unit == TimeUnit::kMicro) per_day = kSecondsPerDay * 1000 * 1000;
+    if (type_->unit == TimeUnit::kNano) per_day = kSecondsPerDay * 1000 * 1000 * 1000;
+    const uint8_t* values = BufferData(data_, 1);
+    // One unsigned comparison covers both bounds.
+    const auto limit = static_cast<uint64_t>(per_day);
+    return CheckValidSlots(
+        [&](int64_t position) {
+          return static_cast<uint64_t>(static_cast<int64_t>(LoadAt<Value>(values, position))) <
+                 limit;
+        },
+        [&](int64_t position) {
+          return Invalid(type_->ToString(), " values must be times of day in [0, ", per_day, ") ",
+                         TimeUnitName(type_->unit), ": value ", position, " is ",
+                         static_cast<int64_t>(LoadAt<Value>(values, position)));
+        });
+  }
+
+  // date64 counts milliseconds of whole days.
+  Status CheckWholeDays() const {
+    constexpr int64_t kMillisPerDay = int64_t{86400} * 1000;
+    const uint8_t* values = BufferData(data_, 1);
+    return CheckValidSlots(
+        [&](int64_t position) { return LoadAt<int64_t>(values, position) % kMillisPerDay == 0; },
+        [&](int64_t position) {
+          return Invalid("date64 values must be whole days (multiples of ", kMillisPerDay,
+                         " ms): value ", position, " is ", LoadAt<int64_t>(values, position));
+        });
+  }
+
+  // Decimal values, `Limbs` little-endian 64-bit words each (decimal32 and
+  // decimal64 are read as one sign-extended word), must satisfy |value| <
+  // 10^precision, as Arrow C++'s FitsInPrecision.
+  template <int Limbs>
+  Status CheckDecimals() const {
+    const int32_t precision = type_->precision;
+    const int32_t width = type_->byte_width;
+    if (precision < 1 || precision > kMaxDecimalDigits) return Status::OK();  // ValidateType's
+    const Words256& bound = PowerOfTen(precision);
+    const uint8_t* values = BufferData(data_, 1);
+    auto fits = [&](int64_t position) {
+      bool negative = false;
+      const Words256 words = DecimalMagnitude<Limbs>(values + position * width, width, &negative);
+      for (size_t limb = Limbs; limb-- > 0;) {
+        if (words[limb] != bound[limb]) return words[limb] < bound[limb];
+      }
+      return false;  // equal to 10^precision
+    };
+    return CheckValidSlots(fits, [&](int64_t position) {
+      return Invalid(type_->ToString(), " values must fit the precision (|value| < 10^", precision,
+                     "): value ", position, " is ",
+                     DecimalText<Limbs>(values + position * width, width));
+    });
   }
 
   template <typename Offset>
@@ -776,6 +972,10 @@ class ArrayValidator {
     const uint8_t* type_ids = BufferData(data_, 0);
     const bool dense = type_->id == TypeId::kDenseUnion;
     const uint8_t* offsets = dense ? BufferData(data_, 1) : nullptr;
+    // Per type code, the last dense offset and the slot that held it.
+    std::array<int32_t, 128> last_offset{};
+    std::array<int64_t, 128> last_position{};
+    last_position.fill(-1);
     for (int64_t position = data_.offset; position < end_; ++position) {
       const int8_t code = LoadAt<int8_t>(type_ids, position);
       if (code < 0 || child_of_code[static_cast<uint8_t>(code)] < 0) {
@@ -792,6 +992,14 @@ class ArrayValidator {
                        QuoteName(type_->children[static_cast<size_t>(child_index)].name),
                        " has length ", child_length);
       }
+      const auto slot = static_cast<uint8_t>(code);
+      if (child_offset < last_offset[slot]) {
+        return Invalid("dense union offsets must not decrease within a child: offsets[", position,
+                       "]=", child_offset, " < offsets[", last_position[slot],
+                       "]=", last_offset[slot], ", both for type id ", static_cast<int>(code));
+      }
+      last_offset[slot] = child_offset;
+      last_position[slot] = position;
     }
     return Status::OK();
   }
@@ -826,8 +1034,10 @@ class ArrayValidator {
       }
       previous = current;
     }
-    if (data_.length == 0) return Status::OK();
+    // As Arrow C++: no runs suit only an empty array, but any runs must
+    // reach offset + length, even for a zero-length array.
     if (run_ends.length == 0) {
+      if (data_.length == 0) return Status::OK();
       return Invalid("run ends must cover offset + length = ", end_, ", but run_ends is empty");
     }
     if (previous < end_) {
@@ -882,24 +1092,21 @@ class ArrayValidator {
     return Status::OK();
   }
 
-  // Only the entries that the map's offsets refer to matter.
+  // As Arrow C++ (which refuses such a map even on import): the entries
+  // struct has no null slot and its keys child none either, over their
+  // whole lengths, whatever the map's offsets refer to.
   Status CheckMapEntriesAndKeys() const {
-    if (data_.length == 0) return Status::OK();
-    const uint8_t* offsets = BufferData(data_, 1);
-    const int64_t first = LoadAt<int32_t>(offsets, data_.offset);
-    const int64_t count = LoadAt<int32_t>(offsets, end_) - first;
     const ArrayData& entries = *data_.children[0];
-    const int64_t null_entries = CountNullsIn(entries, first, count);
+    const int64_t null_entries = CountNullsIn(entries, 0, entries.length);
     if (null_entries > 0) {
-      return Invalid("map entries must not be null: ", null_entries, " of entries [", first, ", ",
-                     first + count, ") are null");
+      return Invalid("map entries must not be null: ", null_entries, " of the ", entries.length,
+                     " entries are null");
     }
-    // Struct offsets apply to their children, so entry j is key entries.offset + j.
     const ArrayData& keys = *entries.children[0];
-    const int64_t null_keys = CountNullsIn(keys, entries.offset + first, count);
+    const int64_t null_keys = CountNullsIn(keys, 0, keys.length);
     if (null_keys > 0) {
-      return Invalid("map keys must not be null: ", null_keys, " of keys [", first, ", ",
-                     first + count, ") are null");
+      return Invalid("map keys must not be null: ", null_keys, " of the ", keys.length,
+                     " keys are null");
     }
     return Status::OK();
   }

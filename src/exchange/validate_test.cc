@@ -1069,11 +1069,12 @@ TEST(ValidateFullTest, MapKeysMustNotBeNull) {
   auto good = MapOf(Strings({"a", "b", "c"}), Int32s({1, 2, 3}), {0, 2, 3});
   EXPECT_TRUE(BothOk(*good));
   auto bad = MapOf(WithNulls(Strings({"a", "b", "c"}), {1, 0, 1}), Int32s({1, 2, 3}), {0, 2, 3});
-  EXPECT_TRUE(OnlyFullFails(*bad, "map keys must not be null: 1 of keys [0, 3) are null"));
-  // A null key that no map slot refers to does not matter.
+  EXPECT_TRUE(OnlyFullFails(*bad, "map keys must not be null: 1 of the 3 keys are null"));
+  // A null key that no map slot refers to counts too: Arrow C++ checks the
+  // whole keys child (and pyarrow aborts on importing such a map).
   auto unreferenced =
       MapOf(WithNulls(Strings({"a", "b", "c"}), {1, 1, 0}), Int32s({1, 2, 3}), {0, 2});
-  EXPECT_TRUE(BothOk(*unreferenced));
+  EXPECT_TRUE(OnlyFullFails(*unreferenced, "map keys must not be null: 1 of the 3 keys are null"));
 }
 
 TEST(ValidateFullTest, MapEntriesMustNotBeNull) {
@@ -1083,19 +1084,202 @@ TEST(ValidateFullTest, MapEntriesMustNotBeNull) {
   with_null->buffers[0] = Bitmap({1, 0});
   with_null->null_count = 1;
   data->children[0] = with_null;
-  EXPECT_TRUE(OnlyFullFails(*data, "map entries must not be null: 1 of entries [0, 2) are null"));
+  EXPECT_TRUE(OnlyFullFails(*data, "map entries must not be null: 1 of the 2 entries are null"));
+  // Also when no map slot refers to the null entry, and for an empty map.
+  auto unreferenced = ListOf(data->type, {0, 1}, with_null);
+  EXPECT_TRUE(OnlyFullFails(*unreferenced, "map entries must not be null"));
+  auto empty = ListOf(data->type, {0}, with_null);
+  EXPECT_TRUE(OnlyFullFails(*empty, "map entries must not be null"));
+  // The nulls of the entries' own slots count, not those sliced off.
+  auto sliced = std::make_shared<ArrayData>(*with_null);
+  sliced->length = 1;
+  sliced->null_count = 0;
+  EXPECT_TRUE(BothOk(*ListOf(data->type, {0, 1}, sliced)));
 }
 
 TEST(ValidateFullTest, MapKeysOfASlicedEntriesStruct) {
-  // Entries start at key 1, so key 0 (null) is never referenced.
+  // Entries start at key 1, but key 0 (null) is still part of the keys
+  // child, which Arrow C++ holds to no nulls as a whole.
   auto keys = WithNulls(Strings({"x", "a", "b"}), {0, 1, 1});
   auto type = map(utf8(), int32());
   auto entries = Make(type->children[0].type, 2, {nullptr}, {keys, Int32s({0, 1, 2})});
   entries->offset = 1;
   auto data = ListOf(type, {0, 2}, entries);
-  EXPECT_TRUE(BothOk(*data));
+  EXPECT_TRUE(OnlyFullFails(*data, "map keys must not be null: 1 of the 3 keys are null"));
+  // Slicing the keys child itself leaves the null out.
+  auto sliced_keys = std::make_shared<ArrayData>(*keys);
+  sliced_keys->offset = 1;
+  sliced_keys->length = 2;
+  sliced_keys->null_count = kUnknownNullCount;
+  entries->children[0] = sliced_keys;
   entries->offset = 0;
-  EXPECT_TRUE(OnlyFullFails(*data, "map keys must not be null"));
+  EXPECT_TRUE(BothOk(*data));
+}
+
+// ---- Values Arrow C++ bounds (decimal precision, times of day, whole days)
+// ----------------------------------------------------------------------------
+
+// Little-endian two's complement bytes of `value` (sign-extended) in `width`.
+std::string SignedBytes(__int128 value, int width) {
+  std::string bytes(static_cast<size_t>(width), value < 0 ? '\xff' : '\0');
+  std::memcpy(bytes.data(), &value, static_cast<size_t>(std::min(width, 16)));
+  return bytes;
+}
+
+std::shared_ptr<ArrayData> DecimalsOf(TypePtr type, const std::vector<__int128>& values) {
+  std::string bytes;
+  for (__int128 value : values) bytes += SignedBytes(value, type->byte_width);
+  return Make(std::move(type), static_cast<int64_t>(values.size()), {nullptr, Bytes(bytes)});
+}
+
+__int128 PowerOf10(int digits) {
+  __int128 value = 1;
+  for (int i = 0; i < digits; ++i) value *= 10;
+  return value;
+}
+
+TEST(ValidateFullTest, DecimalsMustFitTheirPrecision) {
+  for (int bits : {32, 64, 128, 256}) {
+    const int precision = bits == 32 ? 5 : 10;
+    SCOPED_TRACE(bits);
+    const __int128 bound = PowerOf10(precision);
+    auto type = decimal(bits, precision, 2);
+    EXPECT_TRUE(BothOk(*DecimalsOf(type, {0, bound - 1, -(bound - 1), 42})));
+    EXPECT_TRUE(OnlyFullFails(*DecimalsOf(type, {1, bound}),
+                              "values must fit the precision (|value| < 10^" +
+                                  std::to_string(precision) + "): value 1 is " +
+                                  (precision == 5 ? "100000" : "10000000000")));
+    EXPECT_TRUE(OnlyFullFails(*DecimalsOf(type, {-bound}), "value 0 is -1"));
+    // A null slot's value is unspecified.
+    auto null_slot = WithNulls(DecimalsOf(type, {1, bound}), {1, 0});
+    EXPECT_TRUE(BothOk(*null_slot));
+  }
+  // The largest precisions, and values far outside them.
+  EXPECT_TRUE(BothOk(*DecimalsOf(decimal(128, 38, 0), {PowerOf10(38) - 1})));
+  EXPECT_TRUE(OnlyFullFails(*DecimalsOf(decimal(128, 38, 0), {PowerOf10(38)}),
+                            "value 0 is 100000000000000000000000000000000000000"));
+  auto most_negative = DecimalsOf(decimal(128, 38, 0), {0});
+  std::string bytes(16, '\0');
+  bytes[15] = '\x80';
+  most_negative->buffers[1] = Bytes(bytes);
+  EXPECT_TRUE(OnlyFullFails(*most_negative, "value 0 is -170141183460469231731687303715884105728"));
+  // decimal256: a high word set beyond 10^76 (and a negative one within).
+  std::string wide(32, '\0');
+  wide[31] = '\x7f';
+  auto huge = DecimalsOf(decimal(256, 76, 0), {0});
+  huge->buffers[1] = Bytes(wide);
+  EXPECT_TRUE(OnlyFullFails(*huge, "decimal256(76, 0) values must fit the precision"));
+  EXPECT_TRUE(BothOk(*DecimalsOf(decimal(256, 76, 0), {-PowerOf10(37)})));
+}
+
+TEST(ValidateFullTest, DecimalPrecisionIsCheckedAtEveryDepth) {
+  auto bad = DecimalsOf(decimal(128, 4, 0), {1, 10000});
+  const std::string rule = "values must fit the precision";
+  auto in_struct = Make(struct_({field("d", bad->type)}), 2, {nullptr}, {bad});
+  EXPECT_TRUE(OnlyFullFails(*in_struct, rule, kPath + ".'d'"));
+  auto in_list = ListOf(list(field("item", bad->type)), {0, 2}, bad);
+  EXPECT_TRUE(OnlyFullFails(*in_list, rule, kPath + ".item"));
+  auto in_fixed = Make(fixed_size_list(field("item", bad->type), 2), 1, {nullptr}, {bad});
+  EXPECT_TRUE(OnlyFullFails(*in_fixed, rule, kPath + ".item"));
+  auto in_dictionary = Make(dictionary(int8(), bad->type), 1, {nullptr, Values<int8_t>({0})});
+  in_dictionary->dictionary = bad;
+  EXPECT_TRUE(OnlyFullFails(*in_dictionary, rule, kPath + ".dictionary"));
+}
+
+TEST(ValidateFullTest, TimesMustBeTimesOfDay) {
+  struct Case {
+    TypePtr type;
+    int64_t per_day;
+  };
+  const std::vector<Case> cases = {{time32(TimeUnit::kSecond), 86400},
+                                   {time32(TimeUnit::kMilli), 86400000},
+                                   {time64(TimeUnit::kMicro), 86400000000},
+                                   {time64(TimeUnit::kNano), 86400000000000}};
+  for (const Case& test : cases) {
+    SCOPED_TRACE(test.type->ToString());
+    const bool wide = test.type->id == TypeId::kTime64;
+    auto of = [&](const std::vector<int64_t>& values) {
+      if (wide) return Primitive(test.type, values);
+      std::vector<int32_t> narrow(values.begin(), values.end());
+      return Primitive(test.type, narrow);
+    };
+    EXPECT_TRUE(BothOk(*of({0, test.per_day - 1})));
+    EXPECT_TRUE(OnlyFullFails(*of({0, test.per_day}), test.type->ToString() +
+                                                          " values must be times of day in [0, " +
+                                                          std::to_string(test.per_day) + ")"));
+    EXPECT_TRUE(OnlyFullFails(*of({-1}), "value 0 is -1"));
+    EXPECT_TRUE(BothOk(*WithNulls(of({-1, 5}), {0, 1})));
+  }
+}
+
+TEST(ValidateFullTest, Date64MustBeWholeDays) {
+  auto good = Primitive(date64(), std::vector<int64_t>{0, 86400000, -86400000 * 3});
+  EXPECT_TRUE(BothOk(*good));
+  auto bad = Primitive(date64(), std::vector<int64_t>{86400000, 201});
+  EXPECT_TRUE(OnlyFullFails(*bad,
+                            "date64 values must be whole days (multiples of 86400000 ms): "
+                            "value 1 is 201"));
+  // A slice that leaves the bad value out passes.
+  bad->length = 1;
+  EXPECT_TRUE(BothOk(*bad));
+  bad->length = 2;
+  EXPECT_TRUE(BothOk(*WithNulls(bad, {1, 0})));
+}
+
+// ---- Zero-length arrays at an offset
+// ----------------------------------------------------------------------------
+
+TEST(ValidateStructuralTest, ZeroLengthStructChildrenMustStillCoverTheOffset) {
+  auto type = struct_({field("a", int32())});
+  auto data = Make(type, 0, {nullptr}, {Int32s({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
+  data->offset = 10;
+  EXPECT_TRUE(BothOk(*data));
+  data->offset = 17;
+  EXPECT_TRUE(
+      BothFail(*data, "child 0 ('a') is too short: offset + length needs length 17, child has 10"));
+  auto sparse = Make(sparse_union({field("a", int32())}), 0, {nullptr}, {Int32s({1})});
+  sparse->offset = 2;
+  EXPECT_TRUE(BothFail(*sparse, "offset + length needs length 2, child has 1"));
+}
+
+TEST(ValidateStructuralTest, ZeroLengthViewsAtAnOffsetNeedTheirViews) {
+  for (const TypePtr& type : {binary_view(), utf8_view()}) {
+    SCOPED_TRACE(type->ToString());
+    auto data = Make(type, 0, {nullptr, nullptr});
+    EXPECT_TRUE(BothOk(*data));
+    data->offset = 6;
+    EXPECT_TRUE(BothFail(*data,
+                         "views buffer (buffer 1) is too small: even a zero-length view array "
+                         "needs offset views, 6 views of 16 bytes need 96 bytes (offset 6 + "
+                         "length 0), has 0"));
+    data->buffers[1] = Zeros(96);
+    EXPECT_TRUE(BothOk(*data));
+  }
+}
+
+TEST(ValidateFullTest, ZeroLengthRunEndEncodedMustBeCoveredAtItsOffset) {
+  auto type = run_end_encoded(int32(), int32());
+  auto data = Make(type, 0, {}, {Int32s({5}), Int32s({1})});
+  data->offset = 5;
+  EXPECT_TRUE(BothOk(*data));
+  data->offset = 10;
+  EXPECT_TRUE(OnlyFullFails(*data, "run ends must cover offset + length: run_ends[0]=5 < 10"));
+}
+
+TEST(ValidateFullTest, DenseUnionOffsetsMustNotDecreaseWithinAChild) {
+  auto type = dense_union({field("a", int32()), field("b", int32())}, {0, 1});
+  // Each child's offsets rise on their own; equal offsets are allowed.
+  auto data = Make(type, 4, {Values<int8_t>({0, 1, 0, 0}), Values<int32_t>({1, 0, 1, 2})},
+                   {Int32s({1, 2, 3}), Int32s({4})});
+  EXPECT_TRUE(BothOk(*data));
+  data->buffers[1] = Values<int32_t>({1, 0, 0, 2});
+  EXPECT_TRUE(OnlyFullFails(*data,
+                            "dense union offsets must not decrease within a child: offsets[2]=0 "
+                            "< offsets[0]=1, both for type id 0"));
+  // Only the slots of the array count: slot 0 is sliced off.
+  data->offset = 1;
+  data->length = 3;
+  EXPECT_TRUE(BothOk(*data));
 }
 
 // ---- Null counts
