@@ -442,6 +442,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.server_cmd->add_option("--threads", so.threads, "HTTP worker threads (default 8)")
       ->check(CLI::Range(1, 1024));
   s.server_cmd
+      ->add_option("--log-format", so.log_format,
+                   "text (default) or json: JSON lines, one per request too, with X-Request-Id")
+      ->check(CLI::IsMember({"text", "json"}));
+  s.server_cmd
       ->add_option("--schedule-interval-ms", so.schedule_interval_ms,
                    "Scheduler pass interval in ms (default 100)")
       ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));

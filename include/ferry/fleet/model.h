@@ -215,4 +215,7 @@ struct Pool {
   std::map<std::string, int> gpus_by_model;
 };
 
+// The pools of these nodes, by name (what Store::ListPools answers).
+std::vector<Pool> SummarisePools(const std::vector<Node>& nodes);
+
 }  // namespace ferry::fleet

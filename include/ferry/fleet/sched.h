@@ -205,12 +205,29 @@ struct CycleStats {
   double elapsed_ms = 0;  // wall time of Cycle()
 };
 
+// A quota after a cycle's placements and preemptions, in GPUs (metrics and
+// GET /v1/scheduler). `lent`: the share of what the rest of its (cohort,
+// model) group borrows that this quota's unused nominal covers, split over
+// the group's lenders in proportion to what each can lend.
+struct QuotaStanding {
+  std::string path;
+  std::string gpu_model;  // empty: all models
+  std::string cohort;
+  int64_t nominal = 0;
+  std::optional<int64_t> borrowing_limit;
+  std::optional<int64_t> lending_limit;
+  int64_t used = 0;
+  int64_t borrowed = 0;  // used above nominal
+  double lent = 0;
+};
+
 struct Decision {
   std::vector<Placement> placements;        // all tasks of each gang, or the job is absent
   std::vector<Preemption> preemptions;      // running jobs to signal (each job once)
   std::vector<ProvisionRequest> provision;  // cloud nodes to request now
   std::vector<ScaleDown> scale_down;        // idle cloud nodes to give back
   std::vector<PendingReason> pending;       // one per pending job not placed
+  std::vector<QuotaStanding> quotas;        // every configured quota, in config order
   CycleStats stats;
 };
 

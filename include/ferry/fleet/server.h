@@ -18,6 +18,9 @@ struct ServerOptions {
   std::string port_file;               // when set, the bound port is written here once listening
   std::string data_dir = ".";          // bootstrap tokens are written here
   int threads = 8;                     // HTTP worker threads
+  // "text" (the default) or "json": JSON lines on stderr, one per request
+  // too, with its X-Request-Id, caller, route, status and latency.
+  std::string log_format = "text";
   int64_t lease_ms = 10'000;           // node lease; agents sync well within it
   int64_t schedule_interval_ms = 100;  // also runs right after submissions and task exits
   int64_t max_body_bytes = 1 << 20;

@@ -97,6 +97,7 @@ struct WatchedEvent {
   std::string team;
   std::string user;
   std::string job_name;
+  int64_t job_created_ms = 0;  // when the job was submitted
 };
 
 // How many jobs are in one state with one reason, per tenant and team (the
@@ -232,6 +233,9 @@ class Store {
   virtual std::string_view backend() const = 0;
   // The schema version after migrations.
   virtual int schema_version() const = 0;
+  // The store's own series in the Prometheus text format (transaction
+  // latency, errors and retries by operation; docs/fleet-metrics.md).
+  virtual std::string RenderMetrics() const { return {}; }
 
   // ---- Identity. Names are unique within their parent; Ensure* return the
   // existing id when the name is taken.

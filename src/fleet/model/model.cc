@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <map>
 #include <utility>
 
 namespace ferry::fleet {
@@ -74,5 +75,25 @@ std::string CanonicalGpuModel(std::string_view model) {
 }
 
 std::string_view ToString(NodeState state) { return state == NodeState::kReady ? "READY" : "LOST"; }
+
+std::vector<Pool> SummarisePools(const std::vector<Node>& nodes) {
+  std::map<std::string, Pool> pools;
+  for (const Node& n : nodes) {
+    Pool& p = pools[n.pool];
+    p.name = n.pool;
+    ++p.nodes;
+    const bool usable = n.state == NodeState::kReady && !n.drain;
+    if (n.state == NodeState::kReady) ++p.nodes_ready;
+    for (const Gpu& g : n.gpus) {
+      ++p.gpus;
+      ++p.gpus_by_model[g.model];
+      if (usable && !g.job_id) ++p.gpus_free;
+    }
+  }
+  std::vector<Pool> out;
+  out.reserve(pools.size());
+  for (auto& [name, pool] : pools) out.push_back(std::move(pool));
+  return out;
+}
 
 }  // namespace ferry::fleet

@@ -176,6 +176,7 @@ Decision CycleRun::Run() {
       SetReason(static_cast<int>(i), reason::kPolicy, "not considered in this cycle");
     }
   }
+  out_.quotas = ledger_.Standings();
   out_.stats.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return std::move(out_);

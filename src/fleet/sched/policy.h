@@ -110,6 +110,9 @@ class QuotaLedger {
   // borrowing limit of a quota on its path (for every model it accepts).
   std::optional<std::string> NeverFits(const PendingJob& job) const;
 
+  // Every quota with what it uses, borrows and lends now (QuotaStanding).
+  std::vector<QuotaStanding> Standings() const;
+
  private:
   // Reads the cohort of each borrowing quota.
   friend std::vector<int> ReclaimCandidates(const Snapshot& snapshot, const QuotaLedger& ledger,

@@ -328,6 +328,32 @@ void QuotaLedger::Release(std::string_view tenant, std::string_view team, std::s
   impl_->Apply(impl_->Matched(tenant, team, user, model), -static_cast<int64_t>(gpus));
 }
 
+std::vector<QuotaStanding> QuotaLedger::Standings() const {
+  std::vector<QuotaStanding> out;
+  out.reserve(impl_->quotas.size());
+  for (const Impl::Quota& q : impl_->quotas) {
+    const Impl::Group& g = impl_->groups[static_cast<size_t>(q.group)];
+    QuotaStanding standing;
+    standing.path = q.path;
+    standing.gpu_model = q.model;
+    standing.cohort = q.cohort;
+    standing.nominal = q.nominal;
+    standing.borrowing_limit = q.borrowing_limit;
+    standing.lending_limit = q.lending_limit;
+    standing.used = q.used;
+    standing.borrowed = q.Borrowed(q.used);
+    const int64_t lendable = q.Lendable(q.used);
+    if (lendable > 0 && g.lendable > 0 && g.borrowed > 0) {
+      standing.lent =
+          std::min<double>(static_cast<double>(lendable), static_cast<double>(g.borrowed) *
+                                                              static_cast<double>(lendable) /
+                                                              static_cast<double>(g.lendable));
+    }
+    out.push_back(std::move(standing));
+  }
+  return out;
+}
+
 std::optional<std::string> QuotaLedger::NeverFits(const PendingJob& job) const {
   if (impl_->quotas.empty() || job.tasks <= 0 || job.gpus_per_task <= 0) return std::nullopt;
   const int64_t total = static_cast<int64_t>(job.tasks) * job.gpus_per_task;

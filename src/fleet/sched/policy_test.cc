@@ -585,6 +585,37 @@ TEST(QuotaLedger, WorkedExampleOfTheDocs) {
   EXPECT_EQ(ledger.NeverFits(big), std::nullopt);
 }
 
+TEST(QuotaLedger, StandingsShowUseBorrowingAndLending) {
+  Config config;
+  config.quotas = {Quota("vision", 16, "gpu", "H200"), Quota("speech", 8, "gpu", "H200"),
+                   Quota("search", 8, "gpu", "H200"), Quota("other", 3, "solo")};
+  config.quotas[0].borrowing_limit = 8;
+  config.quotas[1].lending_limit = 4;
+  QuotaLedger ledger(config, Snapshot{});
+  ledger.Charge("vision", "t", "u", "H200", 19);  // borrows 3
+  ledger.Charge("speech", "t", "u", "H200", 2);   // can lend min(6, 4) = 4
+  ledger.Charge("search", "t", "u", "H200", 6);   // can lend 2
+  const std::vector<QuotaStanding> standings = ledger.Standings();
+  ASSERT_EQ(standings.size(), 4u);
+  EXPECT_EQ(standings[0].path, "vision");
+  EXPECT_EQ(standings[0].gpu_model, "H200");
+  EXPECT_EQ(standings[0].cohort, "gpu");
+  EXPECT_EQ(standings[0].nominal, 16);
+  EXPECT_EQ(standings[0].borrowing_limit, 8);
+  EXPECT_EQ(standings[0].used, 19);
+  EXPECT_EQ(standings[0].borrowed, 3);
+  EXPECT_DOUBLE_EQ(standings[0].lent, 0);
+  // The 3 borrowed GPUs come from speech and search in proportion 4 : 2.
+  EXPECT_EQ(standings[1].lending_limit, 4);
+  EXPECT_EQ(standings[1].borrowed, 0);
+  EXPECT_DOUBLE_EQ(standings[1].lent, 2);
+  EXPECT_DOUBLE_EQ(standings[2].lent, 1);
+  // Another cohort lends nothing to this one.
+  EXPECT_EQ(standings[3].used, 0);
+  EXPECT_DOUBLE_EQ(standings[3].lent, 0);
+  EXPECT_FALSE(standings[3].borrowing_limit.has_value());
+}
+
 TEST(QuotaLedger, CohortsAreSeparate) {
   Config config;
   config.quotas = {Quota("a", 2, "one"), Quota("b", 8, "two")};

@@ -14,6 +14,7 @@
 #include "fleet/server/api_tokens.h"
 #include "fleet/server/clock.h"
 #include "fleet/server/fleet_server.h"
+#include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -62,8 +63,8 @@ Status Bootstrap(Store& store, const std::string& data_dir) {
   FERRY_RETURN_NOT_OK(store.AddToken(admin, Sha256Hex(admin_token), "bootstrap", now).status());
   FERRY_ASSIGN_OR_RAISE(int64_t agent, store.CreateUser(team, "agent", Role::kAgent));
   FERRY_RETURN_NOT_OK(store.AddToken(agent, Sha256Hex(agent_token), "bootstrap", now).status());
-  std::fprintf(stderr, "ferry server: bootstrapped; tokens in %s and %s\n",
-               (dir / "admin.token").c_str(), (dir / "agent.token").c_str());
+  ServerLog().Info("bootstrapped; tokens in " + (dir / "admin.token").string() + " and " +
+                   (dir / "agent.token").string());
   return Status::OK();
 }
 

@@ -117,6 +117,7 @@ struct CoreState {
   std::string config_error;              // the last reload that failed (cleared by a good one)
   int64_t config_loaded_ms = 0;
   sched::CycleStats last_stats;
+  std::vector<sched::QuotaStanding> last_quotas;  // after the last cycle
   int64_t last_cycle_ms = 0;
   int64_t preemptions = 0;  // since the server started
 };
@@ -170,11 +171,18 @@ class FleetServer {
     routes_.push_back({method, pattern, access, std::move(handler)});
   }
   void InstallRoutes();
-  // Dispatch times and counts each request (metrics_) around DispatchToRoute,
-  // which finds the route, authenticates and runs the handler; `matched` is
-  // the route found, or null.
+  // What DispatchToRoute learnt of a request, for its metrics and log line.
+  struct RequestInfo {
+    const Route* route = nullptr;  // null: no route matched
+    std::optional<Principal> principal;
+    std::string job_id;  // the job the path names, or the one a submission created
+  };
+  // Dispatch times, counts (metrics_) and, with --log-format json, logs each
+  // request around DispatchToRoute, which finds the route, authenticates and
+  // runs the handler. Every answer carries an X-Request-Id: the caller's
+  // when it sent a usable one, else a new one.
   void Dispatch(const httplib::Request& req, httplib::Response& res);
-  void DispatchToRoute(const httplib::Request& req, httplib::Response& res, const Route** matched);
+  void DispatchToRoute(const httplib::Request& req, httplib::Response& res, RequestInfo* info);
   // Resolves the bearer token; sends 401 and returns nullopt when it fails.
   std::optional<Principal> Authenticate(Call& c);
 
@@ -244,6 +252,7 @@ class FleetServer {
   // ---- Background loops (scheduler_loop.cc, maintenance_loop.cc, server.cc).
   void SchedulerLoop();
   Status SchedulingPass();
+  void TailJobEventsForMetrics();
   void ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,
                         const sched::Snapshot& snapshot);
   void MaintenanceLoop();
@@ -301,6 +310,7 @@ class FleetServer {
   InFlightKeys in_flight_;
   TokenCache token_cache_;
   ServerMetrics metrics_;
+  int64_t metrics_event_cursor_ = -1;  // the last job event the metrics counted; -1: not started
 
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;

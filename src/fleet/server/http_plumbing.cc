@@ -2,8 +2,10 @@
 // to a route, the bearer token, the caller's role, the rate limit, reading
 // the body and query, and the JSON and problem answers.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "fleet/server/fleet_server.h"
 #include "fleet/server/request_parsing.h"
 #include "fleet/server/responses.h"
+#include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -20,6 +23,27 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxJsonDepth = 64;
+
+// An X-Request-Id a caller sent is kept when it is 1 to 128 characters of
+// letters, digits and "-_.:/+="; anything else is replaced by a new id, so
+// a log line never carries what a client injected.
+bool UsableRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (const char ch : id) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
+                    std::string_view("-_.:/+=").find(ch) != std::string_view::npos;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// 16 random hex digits per request (a per-thread generator seeded once).
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(rng()));
+  return text;
+}
 
 std::string JoinNames(const std::vector<std::string>& names) {
   std::string out;
@@ -62,6 +86,11 @@ void FleetServer::SendNoJob(Call& c, int64_t id) {
   SendProblem(c, 404, "not-found", "no job " + std::to_string(id));
 }
 
+logging::Logger& ServerLog() {
+  static logging::Logger log("server");
+  return log;
+}
+
 void FleetServer::LogError(const std::string& what, const Status& status) {
   const int64_t now = NowMs();
   const std::string line = what + ": " + status.ToString();
@@ -72,7 +101,11 @@ void FleetServer::LogError(const std::string& what, const Status& status) {
     last = now;
     if (last_error_ms_.size() > 1000) last_error_ms_.clear();
   }
-  std::fprintf(stderr, "ferry server: %s\n", line.c_str());
+  if (ServerLog().format() == logging::Format::kJson) {
+    ServerLog().Error(what, {{"error", status.ToString()}});
+  } else {
+    ServerLog().Error(line);
+  }
 }
 
 std::optional<json> FleetServer::ReadJsonBody(Call& c) {
@@ -176,17 +209,38 @@ std::optional<Principal> FleetServer::Authenticate(Call& c) {
 
 void FleetServer::Dispatch(const httplib::Request& req, httplib::Response& res) {
   const auto started = std::chrono::steady_clock::now();
-  const Route* route = nullptr;
+  const std::string& sent_id = req.get_header_value("X-Request-Id");
+  const std::string request_id = UsableRequestId(sent_id) ? sent_id : NewRequestId();
+  res.set_header("X-Request-Id", request_id);
+  RequestInfo info;
   metrics_.in_flight().Add(1);
-  DispatchToRoute(req, res, &route);
+  DispatchToRoute(req, res, &info);
   metrics_.in_flight().Add(-1);
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
-  metrics_.Request(req.method, route != nullptr ? std::string_view(route->pattern) : "unmatched",
-                   res.status, elapsed.count());
+  const std::string_view route =
+      info.route != nullptr ? std::string_view(info.route->pattern) : "unmatched";
+  metrics_.Request(req.method, route, res.status, elapsed.count());
+  if (ServerLog().format() != logging::Format::kJson) return;
+  if (info.job_id.empty() && req.method == "POST" && res.status == 201) {
+    // A submission: the new job's id is the last segment of its Location.
+    const std::string& location = res.get_header_value("Location");
+    if (location.rfind("/v1/jobs/", 0) == 0) info.job_id = location.substr(9);
+  }
+  const std::string tenant = info.principal ? info.principal->tenant : "";
+  const std::string user = info.principal ? info.principal->user : "";
+  ServerLog().Info("request", {{"request_id", request_id},
+                               {"method", req.method},
+                               {"route", route},
+                               {"path", req.path},
+                               {"status", res.status},
+                               {"latency_ms", elapsed.count() * 1000.0},
+                               {"tenant", tenant},
+                               {"user", user},
+                               {"job_id", info.job_id}});
 }
 
 void FleetServer::DispatchToRoute(const httplib::Request& req, httplib::Response& res,
-                                  const Route** matched) {
+                                  RequestInfo* info) {
   const std::string method = req.method == "HEAD" ? "GET" : req.method;
   const Route* route = nullptr;
   std::vector<std::string> allowed;
@@ -202,7 +256,10 @@ void FleetServer::DispatchToRoute(const httplib::Request& req, httplib::Response
       captures = std::move(found);
     }
   }
-  *matched = route;
+  info->route = route;
+  if (route != nullptr && route->pattern.rfind("/v1/jobs/{}", 0) == 0 && !captures.empty()) {
+    info->job_id = captures[0];
+  }
   Call c{req, res, std::move(captures), {}, ParseQuery(req.target)};
   if (route == nullptr) {
     if (allowed.empty()) {
@@ -218,6 +275,7 @@ void FleetServer::DispatchToRoute(const httplib::Request& req, httplib::Response
     std::optional<Principal> principal = Authenticate(c);
     if (!principal) return;
     c.principal = *principal;
+    info->principal = *principal;
     const Role role = c.principal.role;
     // Agents share one identity across nodes, so they are not rate limited.
     if (role != Role::kAgent) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "fleet/server/raw_headers.h"
+#include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -136,7 +137,7 @@ Result<std::unique_ptr<httplib::Server>> MakeListener(const ServerOptions& optio
     if (error.empty()) error = "cannot set up TLS: " + OpenSslErrors();
     return Status::Invalid("server: " + error);
   }
-  if (!warning.empty()) std::fprintf(stderr, "ferry server: warning: %s\n", warning.c_str());
+  if (!warning.empty()) ServerLog().Warn("warning: " + warning);
   return std::unique_ptr<httplib::Server>(std::move(server));
 }
 

@@ -7,6 +7,7 @@
 
 #include "fleet/server/clock.h"
 #include "fleet/server/fleet_server.h"
+#include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -26,8 +27,9 @@ void FleetServer::MaintenanceLoop() {
       LogError("lease expiry", expired.status());
     } else if (!expired->lost_nodes.empty() || !expired->requeued_jobs.empty() ||
                !expired->failed_jobs.empty()) {
+      metrics_.LeaseExpired(static_cast<int64_t>(expired->lost_nodes.size()));
       for (const std::string& node : expired->lost_nodes) {
-        std::fprintf(stderr, "ferry server: node %s lost (lease expired)\n", node.c_str());
+        ServerLog().Warn("node " + node + " lost (lease expired)", {{"node", node}});
       }
       // Gang peers of lost tasks run on healthy nodes: every agent re-syncs.
       WakeAllNodes();
@@ -46,11 +48,35 @@ void FleetServer::MaintenanceLoop() {
       WakeLogWaiters();
     }
     ReloadConfig();
+    TailJobEventsForMetrics();
     if (now - last_purge_ms >= kPurgeIntervalMs) {
       last_purge_ms = now;
       Result<int64_t> purged = store_->PurgeIdempotencyKeys(now, options_.idempotency_ttl_ms);
       if (!purged.ok()) LogError("idempotency key purge", purged.status());
     }
+  }
+}
+
+// Feeds the job events written since the last tick to the lifecycle
+// metrics (admissions, starts, completions, requeues, waits). The first tick
+// starts at the newest event: what happened before this server started is
+// not counted again.
+void FleetServer::TailJobEventsForMetrics() {
+  constexpr int kBatch = 5000;
+  if (metrics_event_cursor_ < 0) {
+    Result<int64_t> head = store_->LatestEventId();
+    if (!head.ok()) return LogError("metrics event tail", head.status());
+    metrics_event_cursor_ = *head;
+    return;
+  }
+  for (int batch = 0; batch < 20; ++batch) {  // at most 100,000 events a tick
+    Result<std::vector<WatchedEvent>> events =
+        store_->ListEventsSince(Scope::All(), metrics_event_cursor_, {}, kBatch);
+    if (!events.ok()) return LogError("metrics event tail", events.status());
+    if (events->empty()) return;
+    metrics_.JobEvents(*events);
+    metrics_event_cursor_ = events->back().event.id;
+    if (static_cast<int>(events->size()) < kBatch) return;
   }
 }
 
@@ -69,9 +95,8 @@ void FleetServer::ReloadConfig() {
       std::lock_guard<std::mutex> lock(core_.mu);
       core_.config_error = polled.status().message();
     }
-    std::fprintf(stderr,
-                 "ferry server: scheduler config not reloaded, keeping the current one: %s\n",
-                 polled.status().message().c_str());
+    ServerLog().Error("scheduler config not reloaded, keeping the current one: " +
+                      polled.status().message());
     return;
   }
   if (!polled->has_value()) return;
@@ -88,12 +113,12 @@ void FleetServer::ReloadConfig() {
     }
   }
   if (!applied.ok()) {
-    std::fprintf(stderr, "ferry server: scheduler config refused, keeping the current one: %s\n",
-                 applied.message().c_str());
+    ServerLog().Error("scheduler config refused, keeping the current one: " + applied.message());
     return;
   }
-  std::fprintf(stderr, "ferry server: scheduler config reloaded from %s (%zu pools, %zu quotas)\n",
-               options_.scheduler_config.c_str(), config.pools.size(), config.quotas.size());
+  ServerLog().Info("scheduler config reloaded from " + options_.scheduler_config + " (" +
+                   std::to_string(config.pools.size()) + " pools, " +
+                   std::to_string(config.quotas.size()) + " quotas)");
   if (provisioning_) {
     Status providers = provisioning_->Configure(config);
     if (!providers.ok()) LogError("providers", providers);

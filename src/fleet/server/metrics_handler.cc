@@ -5,8 +5,15 @@
 namespace ferry::fleet::server_internal {
 
 void FleetServer::GetMetrics(Call& c) {
+  ScrapeInputs inputs;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    inputs.quotas = core_.last_quotas;
+    inputs.shares = core_.scheduler->FairShare();
+  }
+  if (provisioning_) inputs.providers = provisioning_->Metrics();
   c.res.status = 200;
-  c.res.set_content(metrics_.Render(*store_), metrics::kContentType);
+  c.res.set_content(metrics_.Render(*store_, inputs), metrics::kContentType);
 }
 
 }  // namespace ferry::fleet::server_internal

@@ -314,6 +314,23 @@ void ProvisioningController::Loop() {
   }
 }
 
+std::vector<ProvisioningController::ProviderMetrics> ProvisioningController::Metrics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ProviderMetrics> out;
+  out.reserve(providers_.size());
+  for (const auto& [name, entry] : providers_) {
+    ProviderMetrics& m = out.emplace_back();
+    m.name = name;
+    m.type = entry.config.type;
+    if (entry.resilient != nullptr) {
+      m.breaker = ToString(entry.resilient->breaker_state());
+      m.counters = entry.resilient->counters();
+    }
+    for (const CloudNode& node : entry.nodes) ++m.nodes[std::string(ToString(node.state))];
+  }
+  return out;
+}
+
 json ProvisioningController::StatusJson() {
   std::lock_guard<std::mutex> lock(mu_);
   json out = json::array();

@@ -61,6 +61,15 @@ class ProvisioningController {
   std::map<std::string, int> Provisioning(const std::vector<sched::NodeInfo>& registered);
   // Providers for GET /v1/scheduler: breaker state, counters, nodes.
   nlohmann::json StatusJson();
+  // The same for GET /metrics.
+  struct ProviderMetrics {
+    std::string name;
+    std::string type;
+    std::string breaker;  // "closed", "open", "half_open"; empty without retries/breaker
+    ResilientProvider::Counters counters;
+    std::map<std::string, int> nodes;  // by state, from the last list
+  };
+  std::vector<ProviderMetrics> Metrics();
 
  private:
   struct ProviderEntry {

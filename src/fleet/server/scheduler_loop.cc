@@ -38,6 +38,7 @@ Status FleetServer::SchedulingPass() {
     std::lock_guard<std::mutex> lock(core_.mu);
     decision = core_.scheduler->Cycle(snapshot);
     core_.last_stats = decision.stats;
+    core_.last_quotas = decision.quotas;
     core_.last_cycle_ms = now;
     core_.preemptions += static_cast<int64_t>(decision.preemptions.size());
   }

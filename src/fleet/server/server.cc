@@ -15,6 +15,7 @@
 #include "fleet/server/clock.h"
 #include "fleet/server/fleet_server.h"
 #include "fleet/server/listener.h"
+#include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -70,9 +71,7 @@ Status FleetServer::StartProvisioning(int port) {
   options.log_error = [this](const std::string& what, const Status& status) {
     LogError(what, status);
   };
-  options.log_info = [](const std::string& line) {
-    std::fprintf(stderr, "ferry server: %s\n", line.c_str());
-  };
+  options.log_info = [](const std::string& line) { ServerLog().Info(line); };
   provisioning_ = std::make_unique<ProvisioningController>(store_.get(), std::move(options));
   sched::Config config;
   {
@@ -145,11 +144,14 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
     http_.listen_after_bind();
     listen_ended = true;
   });
+  TailJobEventsForMetrics();  // the job metrics count from here on
   std::thread scheduler([this] { SchedulerLoop(); });
   std::thread maintenance([this] { MaintenanceLoop(); });
-  std::fprintf(stderr, "ferry server: listening on %s%s:%d (store %s, schema %d)\n",
-               options_.tls_cert_file.empty() ? "" : "https://", options_.host.c_str(), port,
-               std::string(store_->backend()).c_str(), store_->schema_version());
+  ServerLog().Info("listening on " + std::string(options_.tls_cert_file.empty() ? "" : "https://") +
+                       options_.host + ":" + std::to_string(port) + " (store " +
+                       std::string(store_->backend()) + ", schema " +
+                       std::to_string(store_->schema_version()) + ")",
+                   {{"port", port}});
 
   while (!(stop != nullptr && stop->load()) && !(handle_signals && g_signalled) &&
          !listen_ended.load()) {
@@ -176,7 +178,7 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   // Cloud nodes go with the server (the local provider stops its agents).
   provisioning_->Stop();
   restore_signals();
-  std::fprintf(stderr, "ferry server: stopped\n");
+  ServerLog().Info("stopped");
   if (listener_failed) return Status::IOError("the HTTP listener stopped unexpectedly");
   return Status::OK();
 }
@@ -212,6 +214,9 @@ Status ValidateOptions(const ServerOptions& options) {
       options.rendezvous_port_min > options.rendezvous_port_max) {
     return Status::Invalid("server: need 1 <= rendezvous_port_min <= rendezvous_port_max <= 65535");
   }
+  if (Result<logging::Format> format = logging::ParseFormat(options.log_format); !format.ok()) {
+    return format.status().WithPrefix("server: ");
+  }
   if (options.max_page_size < 1 || options.default_page_size < 1 ||
       options.default_page_size > options.max_page_size) {
     return Status::Invalid("server: need 1 <= default_page_size <= max_page_size");
@@ -223,6 +228,7 @@ Status ValidateOptions(const ServerOptions& options) {
 
 Status RunServer(const ServerOptions& options, std::atomic<bool>* stop, bool handle_signals) {
   FERRY_RETURN_NOT_OK(ValidateOptions(options));
+  server_internal::ServerLog().set_format(*logging::ParseFormat(options.log_format));
   // TLS files and the config first: a bad one stops the server before it
   // touches the store.
   FERRY_ASSIGN_OR_RAISE(std::unique_ptr<httplib::Server> listener,

@@ -4,17 +4,26 @@
 // (jobs by state and reason, nodes, GPUs per pool). Internal to src/fleet/server.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "ferry/base/metrics.h"
 #include "ferry/fleet/sched.h"
-
-namespace ferry::fleet {
-class Store;
-}
+#include "ferry/fleet/store.h"
+#include "fleet/server/provisioning.h"
 
 namespace ferry::fleet::server_internal {
+
+// What a scrape shows besides the store: copies taken under the locks of
+// their owners (the scheduling core, the provisioning controller).
+struct ScrapeInputs {
+  std::vector<sched::QuotaStanding> quotas;
+  std::vector<sched::ShareStanding> shares;
+  std::vector<ProvisioningController::ProviderMetrics> providers;
+};
 
 class ServerMetrics {
  public:
@@ -25,15 +34,22 @@ class ServerMetrics {
   void Request(std::string_view method, std::string_view route, int status, double seconds);
   metrics::Gauge& in_flight() { return *in_flight_; }
   void RateLimited() { rate_limited_->Add(); }
+  // For parts that register their own families (the watch hub).
+  metrics::Registry& registry() { return registry_; }
   void IdempotentReplay() { replays_->Add(); }
   // One scheduling cycle at `now_ms`.
   void Cycle(const sched::CycleStats& stats, int64_t now_ms);
   void Preempted(const std::string& reason) { preemptions_->With({reason}).Add(); }
+  void LeaseExpired(int64_t nodes) { lease_expiries_->Add(static_cast<double>(nodes)); }
+  // Job events in id order (the maintenance loop reads them from the
+  // store): admissions, starts, completions by outcome, requeues by reason,
+  // and the waits from submission (or requeue) to admission and to start.
+  void JobEvents(const std::vector<WatchedEvent>& events);
 
   // The text of a scrape: these metrics, the store-backed gauges, the
   // process telemetry. A store that fails leaves its gauges out and counts
   // the failure in ferry_metrics_store_errors_total.
-  std::string Render(Store& store);
+  std::string Render(Store& store, const ScrapeInputs& inputs);
 
  private:
   metrics::Registry registry_;
@@ -51,6 +67,16 @@ class ServerMetrics {
   metrics::Gauge* last_cycle_;
   metrics::Family<metrics::Counter>* preemptions_;
   metrics::Counter* store_errors_;
+  metrics::Counter* lease_expiries_;
+  metrics::Counter* admissions_;
+  metrics::Counter* starts_;
+  metrics::Family<metrics::Counter>* completions_;
+  metrics::Family<metrics::Counter>* requeues_;
+  metrics::Family<metrics::Histogram>* admission_wait_;
+  metrics::Family<metrics::Histogram>* start_wait_;
+  // Job → when it last became pending (submission or requeue), in ms; a
+  // job leaves at its start or end. Only JobEvents (one thread) touches it.
+  std::unordered_map<int64_t, int64_t> pending_since_;
 };
 
 }  // namespace ferry::fleet::server_internal

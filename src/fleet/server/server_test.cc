@@ -1138,6 +1138,73 @@ TEST(FleetServer, PriorityPreemptionWithGraceRequeuesTheVictim) {
   EXPECT_EQ(status.body["config_file"], config_path);
 }
 
+TEST(FleetServer, MetricsShowJobLifecycleQuotasFairShareAndTheStore) {
+  std::string config_path;
+  TestServer server([&](ServerOptions& o) {
+    config_path = o.data_dir + "/scheduler.yaml";
+    WriteText(config_path,
+              "ordering: fair_share\n"
+              "quotas:\n  - path: default\n    nominal_gpus: 1\n    cohort: pool-a\n"
+              "  - path: other\n    nominal_gpus: 3\n    lending_limit: 2\n    cohort: pool-a\n"
+              "shares:\n  - path: default\n    shares: 3\n");
+    o.scheduler_config = config_path;
+  });
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-m", "L4", 2)).status,
+            200);
+  const json first = StartJob(server, "gpu-m", SimpleJob("first"));
+  ASSERT_TRUE(first.is_object());
+  const json second = StartJob(server, "gpu-m", SimpleJob("second"));  // borrows 1 from other
+  ASSERT_TRUE(second.is_object());
+  const json body = {{"node", "gpu-m"},
+                     {"instance", "gpu-m-i1"},
+                     {"running", {second}},
+                     {"reports",
+                      {{{"job_id", first["job_id"]},
+                        {"task", 0},
+                        {"attempt", 1},
+                        {"kind", "exited"},
+                        {"exit_code", 0}}}}};
+  ASSERT_EQ(server.Post("/v1/agent/sync", server.agent(), body).status, 200);
+
+  std::string text;
+  ASSERT_TRUE(WaitFor([&] {
+    text = server.Get("/metrics", server.admin()).raw;
+    return SampleValue(text, R"(ferry_job_completions_total{outcome="SUCCEEDED"})") == 1 &&
+           SampleValue(
+               text, R"(ferry_quota_used_gpus{quota="default",model="any",cohort="pool-a"})") == 1;
+  })) << text;
+  EXPECT_EQ(SampleValue(text, "ferry_job_admissions_total"), 2) << text;
+  EXPECT_EQ(SampleValue(text, "ferry_job_starts_total"), 2) << text;
+  EXPECT_EQ(SampleValue(text, "ferry_job_admission_wait_seconds_count"), 2) << text;
+  EXPECT_EQ(SampleValue(text, "ferry_job_start_wait_seconds_count"), 2) << text;
+  EXPECT_GT(SampleValue(text, "ferry_job_start_wait_seconds_sum"), 0) << text;
+  EXPECT_EQ(SampleValue(text, "ferry_job_requeues_total"), -1) << "no requeue yet: no sample";
+
+  // Quotas after the last cycle: "second" runs on default's 1 nominal GPU.
+  const std::string q_default = R"({quota="default",model="any",cohort="pool-a"})";
+  const std::string q_other = R"({quota="other",model="any",cohort="pool-a"})";
+  EXPECT_EQ(SampleValue(text, "ferry_quota_nominal_gpus" + q_default), 1);
+  EXPECT_EQ(SampleValue(text, "ferry_quota_nominal_gpus" + q_other), 3);
+  EXPECT_EQ(SampleValue(text, "ferry_quota_borrowed_gpus" + q_default), 0);
+  EXPECT_EQ(SampleValue(text, "ferry_quota_lent_gpus" + q_other), 0);
+  EXPECT_EQ(SampleValue(text, "ferry_quota_lending_limit_gpus" + q_other), 2);
+  EXPECT_EQ(SampleValue(text, "ferry_quota_lending_limit_gpus" + q_default), -1);
+
+  // Fair share: the configured weight and the usage of the one tenant.
+  EXPECT_EQ(SampleValue(text, R"(ferry_fair_share_shares{path="default",level="tenant"})"), 3)
+      << text;
+  EXPECT_GE(SampleValue(text, R"(ferry_fair_share_weighted_share{path="default",level="tenant"})"),
+            0);
+
+  // The store's transactions by operation.
+  EXPECT_GE(
+      SampleValue(text, R"(ferry_store_transaction_duration_seconds_count{operation="CountJobs"})"),
+      1)
+      << text;
+  EXPECT_NE(text.find("# TYPE ferry_node_lease_expiries_total counter"), std::string::npos);
+}
+
 TEST(FleetServer, QuotaChangeAtRuntimeNeedsNoRestart) {
   std::string config_path;
   TestServer server([&](ServerOptions& o) {

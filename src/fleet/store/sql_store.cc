@@ -4,6 +4,39 @@
 
 namespace ferry::fleet::store_internal {
 
+std::string_view SqlStore::OperationName(std::string_view function) {
+  const size_t open = function.find('(');
+  std::string_view name = function.substr(0, open);
+  const size_t colons = name.rfind("::");
+  if (colons != std::string_view::npos) name.remove_prefix(colons + 2);
+  const size_t space = name.rfind(' ');
+  if (space != std::string_view::npos) name.remove_prefix(space + 1);
+  return name.empty() ? std::string_view("unknown") : name;
+}
+
+SqlStore::StoreMetrics::StoreMetrics()
+    : seconds(&registry.AddHistogram(
+          "ferry_store_transaction_duration_seconds",
+          "Store transactions by operation, from taking a connection to the commit (retries "
+          "included).",
+          {"operation"}, metrics::ExponentialBuckets(0.0001, 2, 16))),
+      errors(&registry.AddCounter("ferry_store_errors_total",
+                                  "Store transactions that failed (after any retries), by "
+                                  "operation.",
+                                  {"operation"})),
+      retries(&registry.AddCounter("ferry_store_retries_total",
+                                   "Store transactions tried again after a conflict or a busy "
+                                   "database, by operation.",
+                                   {"operation"})) {}
+
+void SqlStore::StoreMetrics::Finished(std::string_view operation,
+                                      std::chrono::steady_clock::time_point started, bool ok) {
+  const std::vector<std::string> labels{std::string(operation)};
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+  seconds->With(labels).Observe(elapsed.count());
+  if (!ok) errors->With(labels).Add();
+}
+
 std::string Str(std::string_view s) { return std::string(s); }
 
 std::string StateText(JobState state) { return Str(ToString(state)); }

@@ -22,10 +22,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <source_location>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
 
+#include "ferry/base/metrics.h"
 #include "ferry/fleet/model_json.h"
 #include "ferry/fleet/store.h"
 #include "fleet/store/schema.h"
@@ -259,31 +262,47 @@ class SqlStore final : public Store {
                                         const std::vector<PendingReason>& pending,
                                         int64_t now_ms) override;
 
-  // Runs `fn` in one transaction, retrying when the database says so.
+  std::string RenderMetrics() const override { return metrics_.registry.Render(); }
+
+  // Runs `fn` in one transaction, retrying when the database says so. The
+  // calling method names the operation in the store's metrics.
   template <typename Fn>
-  Status Run(bool write, Fn&& fn) {
-    return Run(write, false, std::forward<Fn>(fn));
+  Status Run(bool write, Fn&& fn, std::source_location where = std::source_location::current()) {
+    return Run(write, false, std::forward<Fn>(fn), where);
   }
 
   template <typename Fn>
-  Status Run(bool write, bool retry_unique, Fn&& fn) {
+  Status Run(bool write, bool retry_unique, Fn&& fn,
+             std::source_location where = std::source_location::current()) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::string_view operation = OperationName(where.function_name());
     for (int tries = 1;; ++tries) {
-      FERRY_ASSIGN_OR_RAISE(sql::Lease lease, db_->Acquire(write));
+      Result<sql::Lease> leased = db_->Acquire(write);
+      if (!leased.ok()) {
+        metrics_.Finished(operation, started, false);
+        return leased.status();
+      }
+      sql::Lease lease = std::move(*leased);
       Connection& c = *lease;
       Status st = c.Begin(write);
       if (st.ok()) {
         st = fn(c);
         if (st.ok()) {
           st = c.Commit();
-          if (st.ok()) return st;
+          if (st.ok()) {
+            metrics_.Finished(operation, started, true);
+            return st;
+          }
         }
       }
       const ErrorKind kind = c.last_error();
       (void)c.Rollback();
       const bool retry = kind == ErrorKind::kRetry || (retry_unique && kind == ErrorKind::kUnique);
       if (!retry || tries >= kMaxTries) {
+        metrics_.Finished(operation, started, false);
         return tries > 1 ? st.WithPrefix("after " + std::to_string(tries) + " tries: ") : st;
       }
+      metrics_.retries->With({std::string(operation)}).Add();
       if (kind == ErrorKind::kRetry) lease.Discard();
       // Back off a little, with jitter, before the next try.
       thread_local std::minstd_rand rng(std::random_device{}());
@@ -341,7 +360,22 @@ class SqlStore final : public Store {
   Result<TaskAssignment> BuildAssignment(Connection& c, int64_t node_id,
                                          const std::tuple<int64_t, int, int>& key);
 
+  // "CountJobs" from "ferry::...::SqlStore::CountJobs()" (GCC's and Clang's
+  // function_name() forms, return type and arguments dropped).
+  static std::string_view OperationName(std::string_view function);
+
+  struct StoreMetrics {
+    StoreMetrics();
+    void Finished(std::string_view operation, std::chrono::steady_clock::time_point started,
+                  bool ok);
+    metrics::Registry registry;
+    metrics::Family<metrics::Histogram>* seconds;
+    metrics::Family<metrics::Counter>* errors;
+    metrics::Family<metrics::Counter>* retries;
+  };
+
   std::unique_ptr<sql::Database> db_;
+  StoreMetrics metrics_;
   SpecCache spec_cache_;
   int schema_version_ = 0;
 };

@@ -12,7 +12,7 @@ Result<std::vector<WatchedEvent>> SqlStore::ListEventsSince(const Scope& scope, 
   // The primary key orders the scan; the joins only name the owner.
   std::string q =
       "SELECT e.id, e.job_id, e.at_ms, e.type, e.state, e.reason, e.message, e.actor,"
-      " j.tenant_id, tn.name, tm.name, u.name, j.name FROM job_events e"
+      " j.tenant_id, tn.name, tm.name, u.name, j.name, j.created_at_ms FROM job_events e"
       " JOIN jobs j ON j.id = e.job_id JOIN tenants tn ON tn.id = j.tenant_id"
       " JOIN teams tm ON tm.id = j.team_id JOIN users u ON u.id = j.user_id"
       " WHERE e.id > ?";
@@ -51,6 +51,7 @@ Result<std::vector<WatchedEvent>> SqlStore::ListEventsSince(const Scope& scope, 
       w.team = row.Text(10);
       w.user = row.Text(11);
       w.job_name = row.Text(12);
+      w.job_created_ms = row.Int(13);
       out.push_back(std::move(w));
     }
     return Status::OK();

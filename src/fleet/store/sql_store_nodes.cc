@@ -87,23 +87,7 @@ Result<std::optional<Node>> SqlStore::GetNode(const std::string& name) {
 
 Result<std::vector<Pool>> SqlStore::ListPools() {
   FERRY_ASSIGN_OR_RAISE(auto nodes, ListNodes());
-  std::map<std::string, Pool> pools;
-  for (const Node& n : nodes) {
-    Pool& p = pools[n.pool];
-    p.name = n.pool;
-    ++p.nodes;
-    const bool usable = n.state == NodeState::kReady && !n.drain;
-    if (n.state == NodeState::kReady) ++p.nodes_ready;
-    for (const Gpu& g : n.gpus) {
-      ++p.gpus;
-      ++p.gpus_by_model[g.model];
-      if (usable && !g.job_id) ++p.gpus_free;
-    }
-  }
-  std::vector<Pool> out;
-  out.reserve(pools.size());
-  for (auto& [name, pool] : pools) out.push_back(std::move(pool));
-  return out;
+  return SummarisePools(nodes);
 }
 
 Result<bool> SqlStore::SetDrain(const std::string& name, bool drain) {

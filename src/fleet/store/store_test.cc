@@ -629,6 +629,26 @@ TEST_P(StoreTest, CountJobsGroupsByStateReasonTenantAndTeam) {
                                 {"PENDING", submitted, "evil", "red", 1}}));
 }
 
+TEST_P(StoreTest, MetricsNameEachOperationAndTimeIt) {
+  Principal ana = User("acme", "ml", "ana");
+  Submit(ana, Spec("a1"));
+  ASSERT_OK(store_->CountJobs().status());
+  ASSERT_OK(store_->CountJobs().status());
+  const std::string text = store_->RenderMetrics();
+  EXPECT_NE(text.find("# TYPE ferry_store_transaction_duration_seconds histogram"),
+            std::string::npos);
+  EXPECT_NE(text.find("ferry_store_transaction_duration_seconds_count{operation=\"CountJobs\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ferry_store_transaction_duration_seconds_count{operation=\"Submit\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE ferry_store_errors_total counter"), std::string::npos);
+  // Operation names are method names: no return types, namespaces or arguments.
+  EXPECT_EQ(text.find("operation=\"ferry"), std::string::npos) << text;
+  EXPECT_EQ(text.find("::"), std::string::npos);
+}
+
 TEST_P(StoreTest, EventsSinceAcrossJobsScopedAndFiltered) {
   ASSERT_OK_AND_ASSIGN(int64_t empty_head, store_->LatestEventId());
   EXPECT_EQ(empty_head, 0);
@@ -657,6 +677,7 @@ TEST_P(StoreTest, EventsSinceAcrossJobsScopedAndFiltered) {
   EXPECT_EQ(all.front().user, "ana");
   EXPECT_EQ(all.front().job_name, "a1");
   EXPECT_EQ(all.front().tenant_id, ana.tenant_id);
+  EXPECT_EQ(all.front().job_created_ms, 1000);  // Submit's default time
 
   // One tenant sees none of another's events.
   for (const WatchedEvent& w : since(Scope::Tenant(eve.tenant_id), 0, {}, 100)) {
