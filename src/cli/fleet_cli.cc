@@ -487,6 +487,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.server_cmd->add_option("--ca-file", so.ca_file,
                            "CA file the local provider's agents verify this server with "
                            "(default $FERRY_CA_FILE with --tls-cert)");
+  s.server_cmd->add_option("--ui-chart-js", so.ui_chart_js,
+                           "Chart.js file the dashboard's charts load (default Debian "
+                           "libjs-chart.js's chart.min.js; empty: no charts)");
 
   s.agent_cmd = app.add_subcommand("agent", "Run a node agent: register GPUs, run assigned tasks");
   auto& ao = s.agent_options;

@@ -50,6 +50,10 @@ struct ServerOptions {
   // The CA file the local provider's agents verify this server with (passed
   // as their --ca-file); empty: theirs is the system's CA store.
   std::string ca_file;
+  // The dashboard's Chart.js (Debian's libjs-chart.js), served at
+  // /ui/vendor/chart.js and read when a page asks for it; empty, or a file
+  // that is missing: the pages work and draw no charts (docs/fleet-dashboard.md).
+  std::string ui_chart_js = "/usr/share/javascript/chart.js/chart.min.js";
 };
 
 // Runs until `stop` becomes true or SIGINT/SIGTERM arrives (when

@@ -14,6 +14,7 @@
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
 //   scheduler_handler.cc  /v1/scheduler
 //   metrics_handler.cc    /metrics (server_metrics.h)
+//   ui_handler.cc         /ui: the dashboard's embedded files (ui_assets.h)
 //   scheduler_loop.cc     the scheduler thread's passes and preemptions
 //   maintenance_loop.cc   lease and runtime expiry, config reload, key purge
 //
@@ -210,6 +211,11 @@ class FleetServer {
   void AgentLogs(Call& c);
   void GetScheduler(Call& c);
   void GetMetrics(Call& c);
+  // The dashboard (ui_handler.cc): "/" and "/ui" redirect to "/ui/", which is
+  // index.html; "/ui/{name}" an embedded file; "/ui/vendor/chart.js" Chart.js.
+  void RedirectToUi(Call& c);
+  void ServeUi(Call& c);
+  void ServeUiVendor(Call& c);
 
   // Adds a new token for `owner` (a new user or an existing one) and answers
   // 201 with the user and the token, shown this once.

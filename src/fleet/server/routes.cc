@@ -42,6 +42,13 @@ void FleetServer::InstallRoutes() {
   AddRoute("GET", "/v1/scheduler", Access::kAdmin, bind(&FleetServer::GetScheduler));
   // Per-tenant series: platform admins only (docs/fleet-metrics.md).
   AddRoute("GET", "/metrics", Access::kAdmin, bind(&FleetServer::GetMetrics));
+  // The dashboard: public static files, not part of /v1; its pages call /v1
+  // with the user's token (docs/fleet-dashboard.md).
+  AddRoute("GET", "/", Access::kPublic, bind(&FleetServer::RedirectToUi));
+  AddRoute("GET", "/ui", Access::kPublic, bind(&FleetServer::RedirectToUi));
+  AddRoute("GET", "/ui/", Access::kPublic, bind(&FleetServer::ServeUi));
+  AddRoute("GET", "/ui/" + id, Access::kPublic, bind(&FleetServer::ServeUi));
+  AddRoute("GET", "/ui/vendor/" + id, Access::kPublic, bind(&FleetServer::ServeUiVendor));
 
   auto dispatch = [this](const httplib::Request& req, httplib::Response& res) {
     Dispatch(req, res);
