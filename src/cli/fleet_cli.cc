@@ -462,6 +462,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                    "Highest gang MASTER_PORT (default 30499)")
       ->check(CLI::Range(1, 65535));
   s.server_cmd
+      ->add_option("--max-watch-streams", so.max_watch_streams,
+                   "Open /v1/jobs:watch event streams at most (default 1000; beyond: 503)")
+      ->check(CLI::Range(0, 100'000));
+  s.server_cmd
       ->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body (default 1 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   s.server_cmd

@@ -32,6 +32,9 @@ struct ServerOptions {
   // rendezvous_port_min + (job id mod the range's size); 1 <= min <= max <= 65535.
   int rendezvous_port_min = 29500;
   int rendezvous_port_max = 30499;
+  // Open watch streams (GET /v1/jobs:watch as server-sent events); they
+  // hold no worker thread. Beyond it a stream is answered 503.
+  int max_watch_streams = 1000;
   int max_page_size = 500;
   int default_page_size = 50;
   // Scheduler policies, pools, quotas and providers (YAML, docs/fleet-config.md).

@@ -9,6 +9,7 @@
 //   routes.cc             the route table and httplib's own error answers
 //   health_handlers.cc    /healthz, /readyz
 //   job_handlers.cc       /v1/jobs...: submit, list, get, cancel, events, logs
+//   watch_handlers.cc     /v1/jobs:watch (watch_hub.h streams it)
 //   node_handlers.cc      /v1/nodes, /v1/pools, /v1/gpus
 //   user_handlers.cc      /v1/whoami, /v1/admin/users...
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
@@ -61,6 +62,7 @@
 #include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_metrics.h"
 
+#include "fleet/server/watch_hub.h"
 namespace ferry::fleet::server_internal {
 
 // Who may call a route.
@@ -213,6 +215,7 @@ class FleetServer {
   void GetMetrics(Call& c);
   // The dashboard (ui_handler.cc): "/" and "/ui" redirect to "/ui/", which is
   // index.html; "/ui/{name}" an embedded file; "/ui/vendor/chart.js" Chart.js.
+  void WatchJobs(Call& c);
   void RedirectToUi(Call& c);
   void ServeUi(Call& c);
   void ServeUiVendor(Call& c);
@@ -358,3 +361,6 @@ class FleetServer {
 };
 
 }  // namespace ferry::fleet::server_internal
+
+  // Last, so that it stops (and its thread ends) before anything it uses goes.
+  WatchHub watch_;

@@ -1,6 +1,7 @@
 #include "fleet/server/raw_headers.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
@@ -14,6 +15,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace ferry::fleet::server_internal {
 namespace {
@@ -168,6 +170,77 @@ class TlsStream final : public HeadKeepingStream {
   SSL* ssl_;
 };
 
+// The taker a handler on this worker thread asked for (TakeConnectionAfterResponse).
+thread_local std::function<void(std::unique_ptr<TakenConnection>)> t_taker;
+
+class TakenPlainConnection final : public TakenConnection {
+ public:
+  explicit TakenPlainConnection(int fd) : fd_(fd) {}
+  ~TakenPlainConnection() override {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+  }
+  int fd() const override { return fd_; }
+  ssize_t WriteSome(const char* data, size_t size) override {
+    ssize_t n;
+    do {
+      n = ::send(fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    return n;
+  }
+  bool DrainInput() override {
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n == 0) return false;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+class TakenTlsConnection final : public TakenConnection {
+ public:
+  TakenTlsConnection(SSL* ssl, int fd) : ssl_(ssl), fd_(fd) {
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
+  ~TakenTlsConnection() override {
+    SSL_shutdown(ssl_);
+    ERR_clear_error();
+    SSL_free(ssl_);
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+  }
+  int fd() const override { return fd_; }
+  ssize_t WriteSome(const char* data, size_t size) override {
+    const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 20)));
+    if (n > 0) return n;
+    const int error = SSL_get_error(ssl_, n);
+    ERR_clear_error();
+    return error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ ? 0 : -1;
+  }
+  bool DrainInput() override {
+    char buffer[4096];
+    for (;;) {
+      const int n = SSL_read(ssl_, buffer, sizeof(buffer));
+      if (n > 0) continue;
+      const int error = SSL_get_error(ssl_, n);
+      ERR_clear_error();
+      return error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE;
+    }
+  }
+
+ private:
+  SSL* ssl_;
+  int fd_;
+};
+
 void SetSocketTimeouts(int fd, int64_t read_ms, int64_t write_ms) {
   timeval read{static_cast<time_t>(read_ms / 1000),
                static_cast<suseconds_t>(read_ms % 1000 * 1000)};
@@ -177,10 +250,45 @@ void SetSocketTimeouts(int fd, int64_t read_ms, int64_t write_ms) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &write, sizeof(write));
 }
 
+// What SetKeepAliveYield sets, apart from the server type.
+class KeepAliveYield {
+ public:
+  virtual ~KeepAliveYield() = default;
+  void SetOthersWaiting(std::function<bool()> others_waiting) {
+    others_waiting_ = std::move(others_waiting);
+  }
+
+ protected:
+  bool OthersWaiting() const { return others_waiting_ && others_waiting_(); }
+
+ private:
+  std::function<bool()> others_waiting_;
+};
+
+constexpr int64_t kYieldGraceMs = 10;
+
+class CountingPool final : public httplib::TaskQueue {
+ public:
+  CountingPool(size_t threads, std::shared_ptr<std::atomic<int>> waiting)
+      : waiting_(std::move(waiting)), pool_(threads) {}
+  void enqueue(std::function<void()> fn) override {
+    waiting_->fetch_add(1);
+    pool_.enqueue([waiting = waiting_, fn = std::move(fn)] {
+      waiting->fetch_sub(1);
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  std::shared_ptr<std::atomic<int>> waiting_;
+  httplib::ThreadPool pool_;
+};
+
 // httplib's keep-alive loop (one request after another on a connection),
 // over a stream that keeps each request's head, for a plain or a TLS server.
 template <typename Base>
-class HeaderKeeping : public Base {
+class HeaderKeeping : public Base, public KeepAliveYield {
  public:
   using Base::Base;
 
@@ -197,6 +305,7 @@ class HeaderKeeping : public Base {
     for (size_t left = this->keep_alive_max_count_; left > 0; --left) {
       if (!NextRequestArrives(stream)) break;
       bool closed = false;
+      t_taker = nullptr;
       stream.BeginRequest();
       ok = this->process_request(stream, left == 1, closed, [&](httplib::Request& req) {
         req.headers.erase(kEmptyHeaders);
@@ -206,9 +315,15 @@ class HeaderKeeping : public Base {
         }
         if (!names.empty()) req.set_header(kEmptyHeaders, names);
       });
-      if (!ok || closed) break;
+      if (!ok) t_taker = nullptr;  // the response did not reach the client
+      if (!ok || closed || t_taker) break;
     }
     return ok;
+  }
+
+  // The taker of the connection, when the last request's handler asked for it.
+  static std::function<void(std::unique_ptr<TakenConnection>)> Taker() {
+    return std::exchange(t_taker, nullptr);
   }
 
  private:
@@ -217,10 +332,13 @@ class HeaderKeeping : public Base {
   bool NextRequestArrives(const HeadKeepingStream& stream) const {
     if (stream.HasBuffered()) return true;  // pipelined, or a TLS record already decoded
     const int64_t total_ms = this->keep_alive_timeout_sec_ * 1000;
-    for (int64_t waited = 0; this->svr_sock_ != INVALID_SOCKET; waited += 100) {
-      const int64_t slice = std::min<int64_t>(100, total_ms - waited);
+    for (int64_t waited = 0; this->svr_sock_ != INVALID_SOCKET;) {
+      if (waited >= kYieldGraceMs && OthersWaiting()) return false;
+      const int64_t slice =
+          std::min<int64_t>(waited < kYieldGraceMs ? kYieldGraceMs : 100, total_ms - waited);
       if (slice <= 0) return false;
       if (WaitFor(stream.socket(), POLLIN, slice)) return true;
+      waited += slice;
     }
     return false;
   }
@@ -231,6 +349,10 @@ class HeaderKeepingServer final : public HeaderKeeping<httplib::Server> {
   bool process_and_close_socket(socket_t sock) override {
     PlainStream stream(sock, ReadTimeoutMs(), WriteTimeoutMs());
     const bool ok = Serve(stream);
+    if (auto taker = Taker()) {
+      taker(std::make_unique<TakenPlainConnection>(sock));
+      return ok;
+    }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return ok;
@@ -249,6 +371,10 @@ class HeaderKeepingTlsServer final : public HeaderKeeping<httplib::SSLServer> {
     if (ssl != nullptr && SSL_set_fd(ssl, sock) == 1 && SSL_accept(ssl) == 1) {
       TlsStream stream(ssl, sock, ReadTimeoutMs(), WriteTimeoutMs());
       ok = Serve(stream);
+      if (auto taker = Taker()) {
+        taker(std::make_unique<TakenTlsConnection>(ssl, sock));
+        return ok;
+      }
       SSL_shutdown(ssl);
     }
     ERR_clear_error();  // a failed handshake leaves its reasons queued on this thread
@@ -268,6 +394,20 @@ std::unique_ptr<httplib::Server> MakeHeaderKeepingServer() {
 std::unique_ptr<httplib::SSLServer> MakeHeaderKeepingTlsServer(
     const std::function<bool(SSL_CTX&)>& setup) {
   return std::make_unique<HeaderKeepingTlsServer>(setup);
+}
+
+void SetKeepAliveYield(httplib::Server& server, std::function<bool()> others_waiting) {
+  if (auto* yield = dynamic_cast<KeepAliveYield*>(&server)) {
+    yield->SetOthersWaiting(std::move(others_waiting));
+  }
+}
+
+httplib::TaskQueue* NewCountingPool(size_t threads, std::shared_ptr<std::atomic<int>> waiting) {
+  return new CountingPool(threads, std::move(waiting));
+}
+
+void TakeConnectionAfterResponse(std::function<void(std::unique_ptr<TakenConnection>)> taker) {
+  t_taker = std::move(taker);
 }
 
 std::vector<std::string> EmptyHeaderNames(std::string_view head) {

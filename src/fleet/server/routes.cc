@@ -97,3 +97,4 @@ void FleetServer::InstallRoutes() {
 }
 
 }  // namespace ferry::fleet::server_internal
+  AddRoute("GET", "/v1/jobs:watch", Access::kUser, bind(&FleetServer::WatchJobs));

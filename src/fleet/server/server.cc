@@ -15,6 +15,7 @@
 #include "fleet/server/clock.h"
 #include "fleet/server/fleet_server.h"
 #include "fleet/server/listener.h"
+#include "fleet/server/raw_headers.h"
 #include "fleet/server/server_log.h"
 
 namespace ferry::fleet::server_internal {
@@ -23,6 +24,14 @@ namespace {
 
 volatile std::sig_atomic_t g_signalled = 0;
 void OnStopSignal(int) { g_signalled = 1; }
+
+// Streams cost no worker; long polls do, so they get a quarter of the pool.
+WatchHub::Options WatchOptions(const ServerOptions& options) {
+  WatchHub::Options watch;
+  watch.max_streams = options.max_watch_streams;
+  watch.max_long_polls = std::max(1, options.threads / 4);
+  return watch;
+}
 
 }  // namespace
 
@@ -35,7 +44,9 @@ FleetServer::FleetServer(const ServerOptions& options, std::unique_ptr<httplib::
       http_(*listener_),
       limiter_(options.rate_per_second, options.rate_burst),
       token_cache_(4096, 5'000),
-      max_long_polls_(std::max(1, options.threads - 2)) {
+      max_long_polls_(std::max(1, options.threads - 2)),
+      watch_(store_.get(), &metrics_.registry(), WatchOptions(options),
+             [this](const std::string& what, const Status& status) { LogError(what, status); }) {
   core_.scheduler = std::move(scheduler);
   core_.watcher = std::move(watcher);
   core_.config_loaded_ms = NowMs();
@@ -86,9 +97,13 @@ Status FleetServer::StartProvisioning(int port) {
 Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   InstallRoutes();
   const int threads = options_.threads;
-  http_.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  // Connections queued for a worker make idle kept-alive ones give theirs up
+  // (raw_headers.h), so slow clients cannot hold the whole pool.
+  auto waiting = std::make_shared<std::atomic<int>>(0);
+  http_.new_task_queue = [threads, waiting] {
+    return NewCountingPool(static_cast<size_t>(threads), waiting);
   };
+  SetKeepAliveYield(http_, [waiting] { return waiting->load() > 0; });
   http_.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
   http_.set_keep_alive_timeout(2);
   // httplib closes a kept-alive connection after 5 requests by default, and
@@ -171,6 +186,7 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   WakeAllNodes();
   WakeLogWaiters();
   WakeScheduler();
+  watch_.Stop();  // long polls return, streams close
   http_.stop();
   listener.join();
   scheduler.join();
@@ -216,6 +232,9 @@ Status ValidateOptions(const ServerOptions& options) {
   }
   if (Result<logging::Format> format = logging::ParseFormat(options.log_format); !format.ok()) {
     return format.status().WithPrefix("server: ");
+  }
+  if (options.max_watch_streams < 0 || options.max_watch_streams > 100'000) {
+    return Status::Invalid("server: max_watch_streams must be between 0 and 100000");
   }
   if (options.max_page_size < 1 || options.default_page_size < 1 ||
       options.default_page_size > options.max_page_size) {

@@ -2,8 +2,12 @@
 // port over a temporary SQLite store, driven by httplib::Client over loopback.
 #include "ferry/fleet/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1301,6 +1306,190 @@ TEST(FleetServer, RefusesBadOptions) {
   bad = ServerOptions();
   bad.store_url = "nosuchscheme:x";
   EXPECT_FALSE(RunServer(bad, nullptr, false).ok());
+}
+
+// ---- GET /v1/jobs:watch (watch_hub.h).
+
+// A raw connection that asks for the watch stream as server-sent events and
+// collects what arrives.
+class SseReader {
+ public:
+  SseReader(int port, const std::string& token, const std::string& query = "",
+            const std::string& last_event_id = "") {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return;
+    std::string request = "GET /v1/jobs:watch" + query +
+                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                          "Authorization: Bearer " +
+                          token + "\r\n";
+    if (!last_event_id.empty()) request += "Last-Event-ID: " + last_event_id + "\r\n";
+    request += "\r\n";
+    (void)::send(fd_, request.data(), request.size(), MSG_NOSIGNAL);
+  }
+  ~SseReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Reads until `condition` holds on everything received, or 10 s pass.
+  bool ReadUntil(const std::function<bool(const std::string&)>& condition) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!condition(text_)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        closed_ = true;
+        return condition(text_);
+      }
+      text_.append(buffer, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  bool Contains(const std::string& part) {
+    return ReadUntil([&](const std::string& t) { return t.find(part) != std::string::npos; });
+  }
+  // The data of every "state" event so far.
+  std::vector<json> StateEvents() const {
+    std::vector<json> out;
+    size_t at = 0;
+    while ((at = text_.find("event: state\ndata: ", at)) != std::string::npos) {
+      at += std::strlen("event: state\ndata: ");
+      out.push_back(json::parse(text_.substr(at, text_.find('\n', at) - at), nullptr, false));
+    }
+    return out;
+  }
+  const std::string& text() const { return text_; }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  std::string text_;
+  bool closed_ = false;
+};
+
+int64_t SubmitId(const TestServer& server, const std::string& token, const std::string& name) {
+  Reply created = server.Post("/v1/jobs", token, SimpleJob(name));
+  EXPECT_EQ(created.status, 201) << created.raw;
+  return created.body.is_object() ? created.body.value("id", int64_t{0}) : 0;
+}
+
+TEST(WatchTest, StreamIsScopedToTheTenantAndResumesFromLastEventId) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string alice = server.CreateUser("tenant-a", "ml", "alice", "user");
+  const std::string bob = server.CreateUser("tenant-b", "ml", "bob", "user");
+  SseReader a(server.port(), alice);
+  SseReader b(server.port(), bob);
+  ASSERT_TRUE(a.Contains("event: ready"));
+  ASSERT_TRUE(b.Contains("event: ready"));
+  EXPECT_NE(a.text().find("text/event-stream"), std::string::npos) << a.text();
+  const int64_t mine = SubmitId(server, alice, "mine");
+  const int64_t theirs = SubmitId(server, bob, "theirs");
+  ASSERT_EQ(
+      server.Post("/v1/jobs/" + std::to_string(mine) + ":cancel", alice, json::object()).status,
+      200);
+  ASSERT_TRUE(a.Contains("\"state\":\"CANCELLED\""));
+  ASSERT_TRUE(b.Contains("\"job_id\":" + std::to_string(theirs)));
+  for (const json& event : a.StateEvents()) {
+    EXPECT_EQ(event.value("job_id", int64_t{0}), mine) << event;
+    EXPECT_EQ(event.value("tenant", ""), "tenant-a");
+  }
+  for (const json& event : b.StateEvents()) EXPECT_EQ(event.value("job_id", int64_t{0}), theirs);
+  // The admin sees both; a stream that resumes after the first event gets the rest only.
+  std::vector<json> seen = a.StateEvents();
+  ASSERT_EQ(seen.size(), 2u) << a.text();
+  EXPECT_EQ(seen[0].value("state", ""), "PENDING");
+  const std::string first_id = std::to_string(seen[0].value("id", int64_t{0}));
+  SseReader resumed(server.port(), alice, "", first_id);
+  ASSERT_TRUE(resumed.Contains("\"state\":\"CANCELLED\""));
+  ASSERT_EQ(resumed.StateEvents().size(), 1u) << resumed.text();
+  EXPECT_NE(resumed.text().find("id: " + first_id + "\nevent: ready"), std::string::npos);
+  // A filter on state and team.
+  SseReader cancelled(server.port(), server.admin(), "?since=0&state=cancelled&team=ml");
+  ASSERT_TRUE(cancelled.Contains("\"state\":\"CANCELLED\""));
+  for (const json& event : cancelled.StateEvents())
+    EXPECT_EQ(event.value("state", ""), "CANCELLED");
+  ExpectProblem(server.Send("GET", "/v1/jobs:watch", alice, "", "application/json",
+                            {{"Accept", "text/event-stream"}, {"Last-Event-ID", "x"}}),
+                400, "bad-request");
+}
+
+TEST(WatchTest, LongPollWaitsTimesOutAndRejectsBadSince) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string alice = server.CreateUser("tenant-a", "ml", "alice", "user");
+  const std::string bob = server.CreateUser("tenant-b", "ml", "bob", "user");
+  Reply now = server.Get("/v1/jobs:watch", alice);
+  ASSERT_EQ(now.status, 200) << now.raw;
+  EXPECT_TRUE(now.body["events"].empty());
+  const int64_t since = now.body.value("next_since", int64_t{-1});
+  ASSERT_GE(since, 0);
+  // Nothing happens in tenant B: the poll ends empty at its timeout.
+  const std::string path = "/v1/jobs:watch?timeout_s=1&since=" + std::to_string(since);
+  SubmitId(server, alice, "a1");
+  Reply empty = server.Get(path, bob);
+  ASSERT_EQ(empty.status, 200) << empty.raw;
+  EXPECT_TRUE(empty.body["events"].empty()) << empty.raw;
+  EXPECT_GT(empty.body.value("next_since", int64_t{0}), since);
+  // Alice's poll returns her event; one that waits is woken by the next.
+  Reply got = server.Get(path, alice);
+  ASSERT_EQ(got.status, 200) << got.raw;
+  // (the submission, and the scheduler's pending reason when it ran meanwhile)
+  ASSERT_GE(got.body["events"].size(), 1u) << got.raw;
+  EXPECT_EQ(got.body["events"][0].value("job_name", ""), "a1");
+  EXPECT_EQ(got.body["events"][0].value("state", ""), "PENDING");
+  const int64_t next = got.body.value("next_since", int64_t{0});
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    SubmitId(server, alice, "a2");
+  });
+  Reply woken = server.Get("/v1/jobs:watch?timeout_s=20&since=" + std::to_string(next), alice);
+  later.join();
+  ASSERT_EQ(woken.status, 200) << woken.raw;
+  ASSERT_GE(woken.body["events"].size(), 1u) << woken.raw;
+  // (a1's pending reason may come first when the scheduler wrote it late)
+  EXPECT_NE(woken.raw.find("\"job_name\":\"a2\""), std::string::npos) << woken.raw;
+  // Bad input.
+  ExpectProblem(server.Get("/v1/jobs:watch?since=-1", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch?since=abc", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch?since=999999", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch?timeout_s=61&since=0", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch?state=NOPE", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch?bogus=1", alice), 400, "bad-request");
+  ExpectProblem(server.Get("/v1/jobs:watch", server.agent()), 403, "forbidden");
+  ExpectProblem(server.Get("/v1/jobs:watch", ""), 401, "unauthorized");
+}
+
+TEST(WatchTest, StreamsBeyondTheCapAreRefusedAndCounted) {
+  TestServer server([](ServerOptions& o) { o.max_watch_streams = 2; });
+  ASSERT_TRUE(server.ok());
+  SseReader one(server.port(), server.admin());
+  SseReader two(server.port(), server.admin());
+  ASSERT_TRUE(one.Contains("event: ready"));
+  ASSERT_TRUE(two.Contains("event: ready"));
+  Reply refused = server.Send("GET", "/v1/jobs:watch", server.admin(), "", "application/json",
+                              {{"Accept", "text/event-stream"}});
+  ExpectProblem(refused, 503, "unavailable");
+  EXPECT_EQ(refused.Header("Retry-After"), "5");
+  // Two streams hold no worker: ordinary requests go on (8 workers, but
+  // also with more streams than workers: see test_watch.py).
+  EXPECT_EQ(SubmitId(server, server.admin(), "still-served") > 0, true);
+  ASSERT_TRUE(one.Contains("still-served"));
+  Reply metrics = server.Get("/metrics", server.admin());
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.raw.find("ferry_watch_streams{kind=\"sse\"} 2"), std::string::npos)
+      << metrics.raw;
+  EXPECT_NE(metrics.raw.find("ferry_watch_rejected_total{kind=\"sse\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.raw.find("ferry_watch_events_sent_total{kind=\"sse\"}"), std::string::npos);
+  // The server stops with streams open.
+  EXPECT_TRUE(server.Stop().ok());
+  one.ReadUntil([](const std::string&) { return false; });
+  EXPECT_TRUE(one.closed());
 }
 
 }  // namespace
