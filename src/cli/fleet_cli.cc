@@ -524,6 +524,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd->add_option("--advertise-host", ao.advertise_host,
                           "Address other nodes reach this one at: a gang's MASTER_ADDR "
                           "(default: the local address of the route to the server)");
+  s.agent_cmd->add_option("--metrics-listen", ao.metrics_listen,
+                          "Serve GET /metrics (Prometheus text) on HOST:PORT, e.g. "
+                          "127.0.0.1:9402 (default: off)");
 
   s.submit_cmd = app.add_subcommand(
       "submit", "Submit a job: ferry submit job.yaml, or ferry submit [options] -- command args");
@@ -661,6 +664,10 @@ int FleetCommands::State::RunAgent() {
     auto pair = ParseKeyValue(label, "--label");
     if (!pair.ok()) return UsageError(pair.status().message());
     agent_options.labels[pair->first] = pair->second;
+  }
+  if (!agent_options.metrics_listen.empty()) {
+    auto address = fleet::ParseListenAddress(agent_options.metrics_listen);
+    if (!address.ok()) return UsageError("--metrics-listen: " + address.status().message());
   }
   if (!gpus.empty()) {
     std::string node = agent_options.node_name;

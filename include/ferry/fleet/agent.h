@@ -35,7 +35,18 @@ struct AgentOptions {
   // runs task 0 here). Empty: the local address of the route to the server,
   // else the host name.
   std::string advertise_host;
+  // HOST:PORT to serve `GET /metrics` on (docs/fleet-metrics.md); empty: no
+  // metrics listener. Port 0 picks a free port (logged).
+  std::string metrics_listen;
 };
+
+// An address to listen on: "127.0.0.1:9402", "[::1]:9402", ":9402" (every
+// interface, as 0.0.0.0), "localhost:0" (any free port).
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+};
+Result<ListenAddress> ParseListenAddress(const std::string& text);
 
 // Parses a GPU declaration: "8xH200" or "8xH200:141312" (count x model [:memory MiB]),
 // several separated by commas ("4xA100,4xH100"). Indices follow in order.

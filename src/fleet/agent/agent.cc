@@ -1,7 +1,6 @@
 #include "ferry/fleet/agent.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -24,6 +23,8 @@
 
 #include "ferry/fleet/client.h"
 #include "fleet/agent/agent_internal.h"
+#include "fleet/agent/agent_metrics.h"
+#include "fleet/agent/nvml.h"
 #include "fleet/agent/task_runner.h"
 
 extern char** environ;
@@ -120,22 +121,6 @@ Result<std::vector<GpuInventory>> ParseGpuDeclaration(const std::string& text,
 
 namespace agent_internal {
 
-namespace {
-
-// The few NVML declarations used (nvml.h is not needed at build time).
-using NvmlReturn = int;
-using NvmlDevice = void*;
-struct NvmlMemory {
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr unsigned kNvmlNameBuffer = 96;
-constexpr unsigned kNvmlUuidBuffer = 96;
-
-}  // namespace
-
 std::string ModelFromNvmlName(const std::string& name) {
   std::string model = Trim(name);
   constexpr std::string_view kVendor = "NVIDIA ";
@@ -156,53 +141,6 @@ std::string ModelFromNvmlName(const std::string& name) {
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out.empty() ? "unknown" : out;
-}
-
-std::vector<GpuInventory> DiscoverNvmlGpusFrom(const char* library) {
-  std::vector<GpuInventory> gpus;
-  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) return gpus;
-  auto init = reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlInit_v2"));
-  auto shutdown = reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlShutdown"));
-  auto get_count =
-      reinterpret_cast<NvmlReturn (*)(unsigned*)>(dlsym(handle, "nvmlDeviceGetCount_v2"));
-  auto get_handle = reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(
-      dlsym(handle, "nvmlDeviceGetHandleByIndex_v2"));
-  auto get_name = reinterpret_cast<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
-      dlsym(handle, "nvmlDeviceGetName"));
-  auto get_memory = reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>(
-      dlsym(handle, "nvmlDeviceGetMemoryInfo"));
-  auto get_uuid = reinterpret_cast<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
-      dlsym(handle, "nvmlDeviceGetUUID"));
-  if (!init || !shutdown || !get_count || !get_handle || !get_name || !get_memory || !get_uuid ||
-      init() != kNvmlSuccess) {
-    dlclose(handle);
-    return gpus;
-  }
-  unsigned count = 0;
-  if (get_count(&count) == kNvmlSuccess) {
-    count = std::min(count, 1024u);
-    for (unsigned index = 0; index < count; ++index) {
-      NvmlDevice device = nullptr;
-      if (get_handle(index, &device) != kNvmlSuccess) continue;
-      char name[kNvmlNameBuffer + 1] = {};
-      char uuid[kNvmlUuidBuffer + 1] = {};
-      NvmlMemory memory{};
-      GpuInventory gpu;
-      gpu.index = static_cast<int>(index);
-      gpu.model = ModelFromNvmlName(get_name(device, name, kNvmlNameBuffer) == kNvmlSuccess
-                                        ? std::string(name)
-                                        : std::string());
-      if (get_memory(device, &memory) == kNvmlSuccess) {
-        gpu.memory_mb = static_cast<int64_t>(memory.total >> 20);
-      }
-      if (get_uuid(device, uuid, kNvmlUuidBuffer) == kNvmlSuccess) gpu.uuid = uuid;
-      gpus.push_back(std::move(gpu));
-    }
-  }
-  shutdown();
-  dlclose(handle);
-  return gpus;
 }
 
 std::map<std::string, std::string> CurrentEnvironment() {
@@ -542,11 +480,12 @@ class LogShipper {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queued_bytes_ += data.size();
-      queue_.push_back({ref, stream, std::move(data)});
+      queue_.push_back({ref, stream, std::move(data), Clock::now()});
       ++enqueued_;
       // Past the cap (a long outage) the oldest output goes; the node's log file keeps it.
       while (queued_bytes_ > kMaxQueued && queue_.size() > 1) {
         dropped_bytes_ += queue_.front().data.size();
+        dropped_total_ += queue_.front().data.size();
         queued_bytes_ -= queue_.front().data.size();
         queue_.pop_front();
         ++shipped_;
@@ -564,6 +503,20 @@ class LogShipper {
     return shipped_;
   }
 
+  agent_internal::LogBacklog Backlog() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    agent_internal::LogBacklog backlog;
+    backlog.unshipped_bytes = queued_bytes_;
+    backlog.unshipped_chunks = queue_.size();
+    if (!queue_.empty()) {
+      backlog.oldest_age_seconds =
+          std::chrono::duration<double>(Clock::now() - queue_.front().queued).count();
+    }
+    backlog.shipped_bytes = shipped_bytes_;
+    backlog.dropped_bytes = dropped_total_;
+    return backlog;
+  }
+
   // Waits until everything queued so far was shipped, at most `timeout`.
   void Flush(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -576,6 +529,7 @@ class LogShipper {
     TaskRef ref;
     const char* stream;
     std::string data;
+    Clock::time_point queued;
   };
 
   void Loop() {
@@ -623,6 +577,7 @@ class LogShipper {
         const size_t done = std::min(merged, queue_.size());
         for (size_t i = 0; i < done; ++i) {
           queued_bytes_ -= queue_.front().data.size();
+          if (result->status < 400) shipped_bytes_ += queue_.front().data.size();
           queue_.pop_front();
         }
         shipped_ += done;
@@ -645,7 +600,9 @@ class LogShipper {
   std::condition_variable changed_;
   std::deque<Piece> queue_;
   size_t queued_bytes_ = 0;
-  size_t dropped_bytes_ = 0;
+  size_t dropped_bytes_ = 0;  // not logged yet
+  uint64_t dropped_total_ = 0;
+  uint64_t shipped_bytes_ = 0;
   uint64_t enqueued_ = 0;
   uint64_t shipped_ = 0;
   bool stopping_ = false;
@@ -687,6 +644,10 @@ class Agent {
   // node never see half of it); a failure is logged, the task still starts.
   void WriteHostfile(const std::string& path, const std::string& text);
   void HandleSyncResponse(const json& body);
+  // Starts the --metrics-listen listener, if asked for.
+  Status StartMetrics();
+  // Counts one exchange with the server in the metrics.
+  void CountExchange(bool ok, bool long_poll, Clock::time_point started);
 
   AgentOptions options_;
   std::atomic<bool>* external_stop_;
@@ -704,11 +665,15 @@ class Agent {
   int64_t stop_grace_ms_ = 10'000;
   std::deque<PendingReport> pending_;
 
-  // Destroyed in reverse: the runner (whose callbacks use the shipper and the
-  // sync client) goes first.
+  // Destroyed in reverse: the metrics listener (which reads the runner, the
+  // shipper and NVML) goes first, then the runner (whose callbacks use the
+  // shipper and the sync client).
+  std::unique_ptr<agent_internal::Nvml> nvml_;  // kept open for the metrics only
+  std::unique_ptr<agent_internal::AgentMetrics> metrics_;
   std::unique_ptr<Client> sync_client_;
   std::unique_ptr<LogShipper> shipper_;
   std::unique_ptr<TaskRunner> runner_;
+  std::unique_ptr<agent_internal::MetricsListener> metrics_listener_;
 };
 
 void Agent::Sleep(std::chrono::milliseconds duration) {
@@ -724,6 +689,9 @@ void Agent::Wake() {
 }
 
 Status Agent::Prepare() {
+  if (!options_.metrics_listen.empty()) {
+    FERRY_RETURN_NOT_OK(ParseListenAddress(options_.metrics_listen).status());
+  }
   if (options_.node_name.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
@@ -761,7 +729,11 @@ Status Agent::Prepare() {
   node_.ferry_binary = std::filesystem::read_symlink("/proc/self/exe", exe_error).string();
   if (exe_error) node_.ferry_binary = "ferry";
 
-  if (!options_.ignore_nvml) gpus_ = DiscoverNvmlGpus();
+  if (!options_.ignore_nvml) {
+    nvml_ = agent_internal::Nvml::Open("libnvidia-ml.so.1");
+    if (nvml_) gpus_ = nvml_->devices();
+    if (nvml_ && (options_.metrics_listen.empty() || gpus_.empty())) nvml_.reset();
+  }
   if (gpus_.empty()) gpus_ = options_.declared_gpus;
   instance_ = RandomInstance();
 
@@ -783,7 +755,35 @@ Status Agent::Prepare() {
   };
   runner_options.on_report = [this] { Wake(); };
   runner_ = std::make_unique<TaskRunner>(std::move(runner_options));
+  return StartMetrics();
+}
+
+Status Agent::StartMetrics() {
+  if (options_.metrics_listen.empty()) return Status::OK();
+  FERRY_ASSIGN_OR_RAISE(ListenAddress address, ParseListenAddress(options_.metrics_listen));
+  if (nvml_) nvml_->WatchXids();
+  metrics_ = std::make_unique<agent_internal::AgentMetrics>(options_.node_name, options_.pool,
+                                                            nvml_.get());
+  FERRY_ASSIGN_OR_RAISE(metrics_listener_, agent_internal::MetricsListener::Start(address, [this] {
+                          agent_internal::AgentSnapshot snapshot;
+                          snapshot.tasks_running = static_cast<int64_t>(runner_->Running().size());
+                          snapshot.logs = shipper_->Backlog();
+                          return metrics_->Render(snapshot);
+                        }));
+  const bool v6 = address.host.find(':') != std::string::npos;
+  Log("metrics on http://" + (v6 ? "[" + address.host + "]" : address.host) + ":" +
+      std::to_string(metrics_listener_->port()) + "/metrics" +
+      (nvml_ ? " (GPUs through NVML)" : " (no NVML: no GPU series)"));
   return Status::OK();
+}
+
+void Agent::CountExchange(bool ok, bool long_poll, Clock::time_point started) {
+  if (!metrics_) return;
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  metrics_->Exchange(ok, long_poll, seconds, now_ms);
 }
 
 void Agent::WriteHostfile(const std::string& path, const std::string& text) {
@@ -821,7 +821,10 @@ Result<bool> Agent::Register() {
     request.path = "/v1/agent/register";
     request.body = body;
     request.allow_error_status = true;
+    const auto started = Clock::now();
     auto result = sync_client_->Send(request);
+    if (Stopping() && !result.ok()) break;
+    CountExchange(result.ok() && result->status == 200, false, started);
     if (result.ok() && result->status == 200) {
       int64_t lease_ms = 0;
       if (result->body.is_object() && result->body.contains("lease_ms") &&
@@ -973,6 +976,11 @@ Status Agent::Run() {
     auto result = sync_client_->Send(request);
     in_long_poll_.store(false);
     if (Stopping()) break;
+    // An interruption on purpose (a task started or ended) says nothing about the server.
+    if (result.ok() || !wake_.load()) {
+      CountExchange(result.ok() && result->status == 200 && result->body.is_object(), wait_ms > 0,
+                    sync_started);
+    }
 
     if (result.ok() && result->status == 200 && result->body.is_object()) {
       if (outage) Log("server reachable again");
@@ -1022,6 +1030,7 @@ Status Agent::Run() {
   shipper_->Flush(std::chrono::seconds(2));
   done.store(true);
   watcher.join();
+  metrics_listener_.reset();
   runner_.reset();
   shipper_.reset();
   return status;

@@ -9,10 +9,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -307,24 +309,30 @@ class Server:
 
 
 class Agent:
-    """`ferry agent` with declared GPUs (NVML ignored)."""
+    """`ferry agent` with declared GPUs (NVML ignored unless `ignore_nvml` is
+    False; `env` replaces the agent's environment, e.g. to point
+    LD_LIBRARY_PATH at a stand-in libnvidia-ml.so.1)."""
 
-    def __init__(self, server, name, gpus, work_dir, extra_args=()):
+    def __init__(self, server, name, gpus, work_dir, extra_args=(), env=None, ignore_nvml=True):
         self.server = server
         self.name = name
         self.gpus = gpus
         self.work_dir = Path(work_dir) / f"agent-{name}"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.extra_args = list(extra_args)
+        self.env = env
+        self.ignore_nvml = ignore_nvml
         self.proc = None
         self.starts = 0
 
     def start(self):
         self.starts += 1
+        nvml = ["--ignore-nvml"] if self.ignore_nvml else []
         self.proc = Proc([FERRY, "agent", "--server", self.server.url, "--token-file",
                           self.server.agent_token_file, "--name", self.name, "--gpus", self.gpus,
-                          "--ignore-nvml", "--work-dir", self.work_dir, *self.extra_args],
-                         self.work_dir.parent / f"agent-{self.name}.{self.starts}.log").start()
+                          *nvml, "--work-dir", self.work_dir, *self.extra_args],
+                         self.work_dir.parent / f"agent-{self.name}.{self.starts}.log",
+                         env=self.env).start()
         return self
 
     def wait_ready(self, timeout=20):
@@ -401,3 +409,94 @@ def cli(server, *args, token=None, timeout=30):
     connection = ["--server", server.url, "--token", token or server.admin_token]
     return subprocess.run([FERRY, *args[:cut], *connection, *args[cut:]],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening_ports(pid):
+    """The TCP ports process `pid` listens on (from /proc: its socket inodes
+    in /proc/net/tcp and tcp6 in state LISTEN)."""
+    inodes = set()
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+
+def prometheus_missing():
+    """Why Prometheus tests cannot run, or None when they can."""
+    if PROMETHEUS is None or PROMTOOL is None:
+        return "prometheus and promtool are not installed (scripts/setup installs Debian's prometheus)"
+    return None
+
+
+class Prometheus:
+    """A real Prometheus scraping `scrape_configs` every second (rules from
+    `rule_files` evaluated every second), queried through its HTTP API."""
+
+    def __init__(self, work_dir, scrape_configs, rule_files=()):
+        self.work_dir = Path(work_dir)
+        self.port = free_port()
+        self.config = self.work_dir / "prometheus.yml"
+        self.config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(f) for f in rule_files],
+            "scrape_configs": scrape_configs,
+        }))
+        self.proc = None
+
+    def start(self):
+        check = subprocess.run([PROMTOOL, "check", "config", str(self.config)],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        self.proc = Proc([PROMETHEUS, f"--config.file={self.config}",
+                          f"--storage.tsdb.path={self.work_dir / 'prometheus-data'}",
+                          f"--web.listen-address=127.0.0.1:{self.port}"],
+                         self.work_dir / "prometheus.log").start()
+        return self
+
+    def query(self, expr):
+        """The result vector of an instant query; None while Prometheus is not answering."""
+        if not self.proc.running():
+            raise AssertionError("prometheus exited:\n" + self.proc.log()[-3000:])
+        url = (f"http://127.0.0.1:{self.port}/api/v1/query?"
+               + urllib.parse.urlencode({"query": expr}))
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                body = json.load(reply)
+        except OSError:
+            return None
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def value(self, expr):
+        """The first sample's value of `expr`, or None when there is none."""
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()

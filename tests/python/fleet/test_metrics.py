@@ -4,28 +4,15 @@ job on an agent, then asks Prometheus' HTTP API for the series the server
 exports (docs/fleet-metrics.md). Also: only platform admins may scrape, and
 `promtool check metrics` accepts the text."""
 
-import json
-import shutil
-import socket
 import subprocess
-import urllib.parse
-import urllib.request
 
 import pytest
 
 import harness
 
-PROMETHEUS = shutil.which("prometheus")
-PROMTOOL = shutil.which("promtool")
-needs_prometheus = pytest.mark.skipif(
-    PROMETHEUS is None or PROMTOOL is None,
-    reason="prometheus and promtool are not installed (scripts/setup installs Debian's prometheus)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PROMTOOL = harness.PROMTOOL
+needs_prometheus = pytest.mark.skipif(harness.prometheus_missing() is not None,
+                                      reason=str(harness.prometheus_missing()))
 
 
 def scrape(server, token):
@@ -52,41 +39,14 @@ def test_prometheus_scrapes_the_server(busy_server, tmp_path):
     server = busy_server
     token_file = tmp_path / "scrape.token"
     token_file.write_text(server.admin_token)
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{
-            "job_name": "ferry-server",
-            "metrics_path": "/metrics",
-            "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-            "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}],
-        }],
-    }))
-    check = subprocess.run([PROMTOOL, "check", "config", str(config)], capture_output=True,
-                           text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    prometheus = harness.Proc([PROMETHEUS, f"--config.file={config}",
-                               f"--storage.tsdb.path={tmp_path / 'data'}",
-                               f"--web.listen-address=127.0.0.1:{port}"],
-                              tmp_path / "prometheus.log").start()
+    prometheus = harness.Prometheus(tmp_path, [{
+        "job_name": "ferry-server",
+        "metrics_path": "/metrics",
+        "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+        "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}],
+    }]).start()
     try:
-        def query(expr):
-            if not prometheus.running():
-                raise AssertionError("prometheus exited:\n" + prometheus.log()[-3000:])
-            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-            try:
-                with urllib.request.urlopen(url, timeout=5) as reply:
-                    body = json.load(reply)
-            except OSError:
-                return None
-            assert body["status"] == "success", body
-            return body["data"]["result"]
-
-        def value(expr):
-            result = query(expr)
-            return float(result[0]["value"][1]) if result else None
-
+        query, value = prometheus.query, prometheus.value
         harness.wait_for(lambda: value('up{job="ferry-server"}') == 1, 60,
                          "Prometheus to scrape the server")
         assert value('ferry_jobs{state="SUCCEEDED",tenant="default"}') == 1
