@@ -857,6 +857,29 @@ int FleetCommands::State::JobStatus(Client& client, int64_t id) {
             << ")\n";
   std::cout << "state      " << Field(job, "state") << " (" << Field(job, "reason") << "), attempt "
             << Field(job, "attempt") << "\n";
+  // Why it waits, as the scheduler's last cycle gave it, and who preempts it.
+  if (job.contains("explanation") && job["explanation"].is_object()) {
+    std::cout << "waiting    " << Field(job["explanation"], "summary") << "\n";
+  }
+  if (job.contains("preemption") && job["preemption"].is_object()) {
+    const json& p = job["preemption"];
+    std::cout << "preempted  " << Field(p, "rule");
+    if (p.contains("for_job") && !p["for_job"].is_null()) {
+      std::cout << ", for job " << Field(p, "for_job");
+    }
+    std::cout << " (stopping)\n";
+  }
+  if (job.contains("attempts") && job["attempts"].is_array() && job["attempts"].size() > 1) {
+    std::cout << "attempts\n";
+    for (const auto& attempt : job["attempts"]) {
+      std::cout << "  " << Field(attempt, "attempt") << "  " << Field(attempt, "state") << " ("
+                << Field(attempt, "reason") << ")";
+      if (attempt.contains("preempted_for") && !attempt["preempted_for"].is_null()) {
+        std::cout << ", for job " << Field(attempt, "preempted_for");
+      }
+      std::cout << "\n";
+    }
+  }
   if (spec.contains("dataflow") && spec["dataflow"].is_string() &&
       !spec["dataflow"].get<std::string>().empty()) {
     std::cout << "dataflow   " << Field(spec, "dataflow") << "\n";

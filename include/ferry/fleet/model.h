@@ -137,6 +137,7 @@ struct AttemptRecord {
   int64_t started_at_ms = 0;
   int64_t ended_at_ms = 0;
   std::optional<int> exit_code;
+  int64_t preempted_for = 0;  // PREEMPTED: the job it made room for (0: none named)
   std::vector<TaskPlacement> placement;
 };
 
@@ -154,6 +155,11 @@ struct Job {
   int attempt = 1;                       // current attempt, from 1
   std::vector<TaskPlacement> placement;  // the current attempt's, empty while PENDING
   std::vector<AttemptRecord> attempts;   // every attempt, oldest first (filled by GetJob)
+  // The current attempt is being preempted (GetJob): the rule
+  // (PREEMPTED_BY_PRIORITY, PREEMPTED_FOR_FAIR_SHARE) and the job it makes
+  // room for; empty / 0 otherwise.
+  std::string preempt_reason;
+  int64_t preempted_for = 0;
   int64_t created_at_ms = 0;
   int64_t admitted_at_ms = 0;
   int64_t started_at_ms = 0;

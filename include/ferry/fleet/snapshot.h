@@ -27,6 +27,12 @@ struct PendingReason {
   int64_t job_id = 0;
   std::string reason;  // reason::kNoCapacity, ...
   std::string message;
+  // Where the job stood in the cycle's queue order among the jobs it did not
+  // place: how many were ahead of it in all, and how many of its own team
+  // (tenant/team). -1 when the job never reached the queue (refused before
+  // it, e.g. CONSTRAINT_UNSATISFIABLE).
+  int queue_position = -1;
+  int ahead_in_team = -1;
 };
 
 }  // namespace ferry::fleet

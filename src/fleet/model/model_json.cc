@@ -361,10 +361,18 @@ json ToJson(const Job& job, bool with_attempts) {
           {"started_at", TimestampJson(attempt.started_at_ms)},
           {"ended_at", TimestampJson(attempt.ended_at_ms)},
           {"exit_code", OptionalInt(attempt.exit_code)},
+          {"preempted_for",
+           attempt.preempted_for > 0 ? json(attempt.preempted_for) : json(nullptr)},
           {"placement", PlacementJson(attempt.placement)},
       });
     }
     out["attempts"] = std::move(attempts);
+    // A preemption in progress (the attempt runs out its grace period).
+    out["preemption"] =
+        job.preempt_reason.empty()
+            ? json(nullptr)
+            : json{{"rule", job.preempt_reason},
+                   {"for_job", job.preempted_for > 0 ? json(job.preempted_for) : json(nullptr)}};
   }
   return out;
 }

@@ -147,6 +147,33 @@ TEST(SchedConfig, ReconfigureRefusesInvalidAndKeepsOld) {
 }
 
 // Snapshots a buggy caller could send: every job gets a reason, nothing crashes.
+TEST(SchedReasons, QueuePositionsCountJobsAheadInAllAndInTheTeam) {
+  ASSERT_OK_AND_ASSIGN(auto s, Scheduler::Make(Config{}));
+  Snapshot snap;
+  snap.now_s = 100;
+  snap.nodes.push_back(MakeNode(1, "main", 4));
+  // FIFO: older first. Job 1 fits; 2..5 wait; 6 can never fit.
+  std::vector<std::pair<int64_t, std::string>> jobs = {
+      {1, "vision"}, {2, "speech"}, {3, "vision"}, {4, "vision"}, {5, "speech"}};
+  for (const auto& [id, team] : jobs) {
+    PendingJob p = Job(id, 1, 4);
+    p.team = team;
+    p.submitted_s = static_cast<double>(id);
+    snap.pending.push_back(p);
+  }
+  snap.pending.push_back(Job(6, 1, 64));
+  Decision d = s->Cycle(snap);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].job_id, 1);
+  std::map<int64_t, std::pair<int, int>> spots;
+  for (const PendingReason& r : d.pending) spots[r.job_id] = {r.queue_position, r.ahead_in_team};
+  EXPECT_EQ(spots[2], std::make_pair(0, 0));
+  EXPECT_EQ(spots[3], std::make_pair(1, 0));
+  EXPECT_EQ(spots[4], std::make_pair(2, 1));
+  EXPECT_EQ(spots[5], std::make_pair(3, 1));
+  EXPECT_EQ(spots[6], std::make_pair(-1, -1));  // refused before the queue
+}
+
 TEST(SchedBadInput, OddSnapshotsGetReasons) {
   Config c;
   c.pools.push_back({});

@@ -176,10 +176,24 @@ Decision CycleRun::Run() {
       SetReason(static_cast<int>(i), reason::kPolicy, "not considered in this cycle");
     }
   }
+  NoteQueuePositions();
   out_.quotas = ledger_.Standings();
   out_.stats.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return std::move(out_);
+}
+
+void CycleRun::NoteQueuePositions() {
+  std::unordered_map<OwnerKey, int, OwnerKeyHash> team_ahead;
+  int position = 0;
+  for (const int i : considered_order_) {
+    const size_t k = static_cast<size_t>(i);
+    if (placed_[k] || reason_slot_[k] < 0) continue;
+    const Owner& owner = OwnerOf(jobs_[k]);
+    PendingReason& r = ReasonOf(k);
+    r.queue_position = position++;
+    r.ahead_in_team = team_ahead[OwnerKey{owner.tenant, owner.team, {}}]++;
+  }
 }
 
 std::optional<std::string> CycleRun::CapacityRefusal() {

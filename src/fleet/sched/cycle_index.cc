@@ -362,14 +362,43 @@ void CycleRun::IndexRunning() {
   }
 }
 
+int CycleRun::LargestFreeBlock(const JobInfo& job) {
+  int best = 0;
+  for (size_t pool = 0; pool < pools_.size(); ++pool) {
+    if (!InSet(job, static_cast<int>(pool))) continue;
+    for (const int model : Models(job)) {
+      if (model < 0) continue;
+      const Buckets& buckets = BucketsOf(static_cast<int>(pool), model);
+      for (int n = buckets.Max(); n > best; --n) {
+        if (!buckets.by_free[static_cast<size_t>(n)].empty()) {
+          best = n;
+          break;
+        }
+      }
+    }
+  }
+  return best;
+}
+
 std::string CycleRun::NoCapacityMessage(int index) {
   const JobInfo& job = jobs_[static_cast<size_t>(index)];
-  if (job.key < 0) return "no free capacity for " + ShapeText(index);
-  // Jobs of one shape share the text: built once, copied after.
-  const MemoKey key{job.key, job.shape.tasks, 1};
+  // What the cycle saw when it refused the job: the most free GPUs of a
+  // model the job accepts on one schedulable node of its pool set.
+  const int block = job.shape.gpus > 0 ? LargestFreeBlock(job) : -1;
+  auto text = [&] {
+    std::string message = "no free capacity for " + ShapeText(index);
+    if (block >= 0) {
+      message += "; the largest free block is " + std::to_string(block) + " GPU" +
+                 (block == 1 ? "" : "s") + " on one node";
+    }
+    return message;
+  };
+  if (job.key < 0) return text();
+  // Jobs of one shape (and free block) share the text: built once, copied after.
+  const MemoKey key{job.key, job.shape.tasks, static_cast<uint64_t>(block + 2)};
   auto it = shape_texts_.find(key);
   if (it != shape_texts_.end()) return it->second;
-  std::string message = "no free capacity for " + ShapeText(index);
+  std::string message = text();
   shape_texts_.emplace(key, message);
   return message;
 }

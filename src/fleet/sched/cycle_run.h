@@ -235,6 +235,9 @@ class CycleRun {
         now_(snapshot.now_s) {}
 
   Decision Run();
+  // Queue positions of the jobs the cycle considered and did not place
+  // (PendingReason::queue_position, ahead_in_team), in queue order.
+  void NoteQueuePositions();
   // Only the checks a cycle makes before its queue, for one job at submission:
   // the CONSTRAINT_UNSATISFIABLE message it would get, or nullopt.
   std::optional<std::string> CapacityRefusal();
@@ -251,6 +254,9 @@ class CycleRun {
   // Tasks of `job`'s shape on GPUs of `model` that the cloud pools of its set
   // could still add (up to max_nodes, only with burst enabled), at most `cap`.
   int64_t CloudCapacity(const JobInfo& job, int model, int64_t cap) const;
+  // The most free GPUs of a model `job` accepts on one schedulable node of
+  // its pool set, now.
+  int LargestFreeBlock(const JobInfo& job);
   const Tiers& TiersFor(const JobInfo& job, const PendingJob& pending);
   const Tiers& MakeTiers(const JobInfo& job, const PendingJob& pending);
   const std::vector<int>& Models(const JobInfo& job) const {

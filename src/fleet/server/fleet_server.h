@@ -121,6 +121,9 @@ struct CoreState {
   int64_t config_loaded_ms = 0;
   sched::CycleStats last_stats;
   std::vector<sched::QuotaStanding> last_quotas;  // after the last cycle
+  // The last cycle's reason for each job it did not place, by job id (for
+  // GET /v1/jobs/{id}'s explanation).
+  std::vector<PendingReason> last_pending;
   int64_t last_cycle_ms = 0;
   int64_t preemptions = 0;  // since the server started
 };
@@ -195,6 +198,9 @@ class FleetServer {
   void WhoAmI(Call& c);
   void SubmitJob(Call& c);
   void GetJob(Call& c);
+  // Why a PENDING job waits, from the last cycle's decision (null for other
+  // states, or before a cycle has seen the job).
+  nlohmann::json Explanation(const Job& job);
   void ListJobs(Call& c);
   void CancelJob(Call& c);
   void ListEvents(Call& c);

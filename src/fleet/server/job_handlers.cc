@@ -123,7 +123,38 @@ void FleetServer::GetJob(Call& c) {
   Result<std::optional<Job>> job = store_->GetJob(ScopeOf(c.principal), *id);
   if (!job.ok()) return SendStoreError(c, job.status());
   if (!job->has_value()) return SendNoJob(c, *id);
-  SendJson(c, 200, ToJson(**job));
+  json body = ToJson(**job);
+  body["explanation"] = Explanation(**job);
+  SendJson(c, 200, body);
+}
+
+json FleetServer::Explanation(const Job& job) {
+  if (job.state != JobState::kPending) return nullptr;
+  std::optional<PendingReason> found;
+  int64_t at_ms = 0;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    const auto& pending = core_.last_pending;
+    auto it = std::lower_bound(pending.begin(), pending.end(), job.id,
+                               [](const PendingReason& r, int64_t id) { return r.job_id < id; });
+    if (it != pending.end() && it->job_id == job.id) found = *it;
+    at_ms = core_.last_cycle_ms;
+  }
+  if (!found) return nullptr;  // not seen by a cycle yet
+  std::string summary = found->message;
+  if (found->ahead_in_team > 0) {
+    summary += "; " + std::to_string(found->ahead_in_team) +
+               (found->ahead_in_team == 1 ? " job" : " jobs") + " ahead in " + job.tenant + "/" +
+               job.team + "'s queue";
+  }
+  return json{
+      {"reason", found->reason},
+      {"message", found->message},
+      {"summary", summary},
+      {"queue_position", found->queue_position >= 0 ? json(found->queue_position) : json(nullptr)},
+      {"jobs_ahead_in_team",
+       found->ahead_in_team >= 0 ? json(found->ahead_in_team) : json(nullptr)},
+      {"as_of", TimestampJson(at_ms)}};
 }
 
 void FleetServer::ListJobs(Call& c) {

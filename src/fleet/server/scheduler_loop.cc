@@ -62,6 +62,12 @@ Status FleetServer::SchedulingPass() {
   FERRY_ASSIGN_OR_RAISE(CommitResult commit,
                         store_->CommitPlacements(decision.placements, changed, NowMs()));
   written_reasons_ = std::move(reasons);  // jobs no longer pending drop out
+  std::sort(decision.pending.begin(), decision.pending.end(),
+            [](const PendingReason& a, const PendingReason& b) { return a.job_id < b.job_id; });
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    core_.last_pending = std::move(decision.pending);
+  }
 
   ApplyPreemptions(decision.preemptions, snapshot);
   if (provisioning_) provisioning_->Submit(decision.provision, decision.scale_down);

@@ -917,6 +917,48 @@ double SampleValue(const std::string& text, const std::string& series) {
   return -1;
 }
 
+TEST(FleetServer, PendingJobsExplainWhyFromTheLastCycle) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-e", "H200", 2)).status,
+            200);
+  const json holder = StartJob(server, "gpu-e", SimpleJob("holder"));  // 1 of 2 GPUs
+  ASSERT_TRUE(holder.is_object());
+  json big = SimpleJob("big");
+  big["gpus_per_task"] = 2;
+  Reply first = server.Post("/v1/jobs", ana, big);
+  ASSERT_EQ(first.status, 201);
+  Reply second = server.Post("/v1/jobs", ana, big);
+  ASSERT_EQ(second.status, 201);
+  const std::string path = "/v1/jobs/" + std::to_string(second.body["id"].get<int64_t>());
+  json explanation;
+  ASSERT_TRUE(WaitFor([&] {
+    explanation = server.Get(path, ana).body["explanation"];
+    return explanation.is_object() && explanation["reason"] == "NO_CAPACITY";
+  })) << explanation;
+  EXPECT_NE(explanation["message"].get<std::string>().find(
+                "no free capacity for 1 task with 2 GPUs each; the largest free block is 1 GPU "
+                "on one node"),
+            std::string::npos)
+      << explanation;
+  EXPECT_EQ(explanation["queue_position"], 1);
+  EXPECT_EQ(explanation["jobs_ahead_in_team"], 1);
+  EXPECT_NE(explanation["summary"].get<std::string>().find("; 1 job ahead in acme/ml's queue"),
+            std::string::npos)
+      << explanation;
+  EXPECT_TRUE(explanation["as_of"].is_string());
+  // The first waits with no one of its team ahead; a running job has no explanation.
+  const json ahead = server.Get("/v1/jobs/" + std::to_string(first.body["id"].get<int64_t>()), ana)
+                         .body["explanation"];
+  EXPECT_EQ(ahead["jobs_ahead_in_team"], 0) << ahead;
+  EXPECT_EQ(ahead["summary"], ahead["message"]);
+  EXPECT_TRUE(
+      server.Get("/v1/jobs/" + std::to_string(holder["job_id"].get<int64_t>()), server.admin())
+          .body["explanation"]
+          .is_null());
+}
+
 TEST(FleetServer, MetricsShowRequestsJobsNodesAndTheScheduler) {
   TestServer server;
   const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
@@ -1120,6 +1162,11 @@ TEST(FleetServer, PriorityPreemptionWithGraceRequeuesTheVictim) {
   EXPECT_TRUE(requested) << events.raw;
   EXPECT_EQ(server.Get("/v1/jobs/" + std::to_string(high_id), server.admin()).body["state"],
             "PENDING");
+  // While it runs out its grace, the victim's page says who preempts it and by which rule.
+  Reply stopping = server.Get("/v1/jobs/" + std::to_string(victim_id), server.admin());
+  ASSERT_TRUE(stopping.body["preemption"].is_object()) << stopping.raw;
+  EXPECT_EQ(stopping.body["preemption"]["rule"], "PREEMPTED_BY_PRIORITY");
+  EXPECT_EQ(stopping.body["preemption"]["for_job"], high_id);
 
   // It exits after its checkpoint: requeued with attempt 2; the high job starts.
   json exited = {{"node", "gpu-p"}, {"instance", "gpu-p-i1"}, {"running", json::array()}};
@@ -1132,6 +1179,9 @@ TEST(FleetServer, PriorityPreemptionWithGraceRequeuesTheVictim) {
   ASSERT_EQ(job.body["attempts"].size(), 2u);
   EXPECT_EQ(job.body["attempts"][0]["state"], "PREEMPTED");
   EXPECT_EQ(job.body["attempts"][0]["reason"], "PREEMPTED_BY_PRIORITY");
+  EXPECT_EQ(job.body["attempts"][0]["preempted_for"], high_id) << job.raw;
+  EXPECT_TRUE(job.body["attempts"][1]["preempted_for"].is_null());
+  EXPECT_TRUE(job.body["preemption"].is_null());  // the new attempt is not being preempted
   Reply start = SyncUntil(server, "gpu-p", json::array(),
                           [&](const Reply& r) { return HasRef(r.body["start"], high_id, 1); });
   EXPECT_TRUE(HasRef(start.body["start"], high_id, 1)) << start.raw;

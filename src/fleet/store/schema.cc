@@ -106,6 +106,11 @@ const std::vector<Migration>& Migrations() {
            "CREATE INDEX allocations_open ON allocations (job_id, attempt)"  // NOLINT(bugprone-suspicious-missing-comma)
            " WHERE released_at_ms IS NULL",
        }},
+      {3,
+       {
+           // The job a preempted attempt made room for ("who preempted me").
+           "ALTER TABLE attempts ADD COLUMN preempted_for BIGINT NOT NULL DEFAULT 0",
+       }},
   };
   return kMigrations;
 }

@@ -213,9 +213,16 @@ Result<std::optional<Job>> LoadJob(Connection& c, const Scope& scope, int64_t jo
   FERRY_ASSIGN_OR_RAISE(job.placement, LoadPlacement(c, job.id, job.attempt));
   if (with_attempts) {
     FERRY_ASSIGN_OR_RAISE(
+        Rows preempt,
+        c.Query("SELECT preempt_reason, preempted_for FROM jobs WHERE id = ?", {job.id}));
+    if (!preempt.empty() && IsLive(job.state)) {
+      job.preempt_reason = preempt[0].Text(0);
+      job.preempted_for = preempt[0].Int(1);
+    }
+    FERRY_ASSIGN_OR_RAISE(
         Rows attempts,
         c.Query("SELECT attempt, state, reason, admitted_at_ms, started_at_ms, ended_at_ms,"
-                " exit_code FROM attempts WHERE job_id = ? ORDER BY attempt",
+                " exit_code, preempted_for FROM attempts WHERE job_id = ? ORDER BY attempt",
                 {job.id}));
     for (const Row& row : attempts.rows) {
       AttemptRecord a;
@@ -226,6 +233,7 @@ Result<std::optional<Job>> LoadJob(Connection& c, const Scope& scope, int64_t jo
       a.started_at_ms = row.Int(4);
       a.ended_at_ms = row.Int(5);
       if (auto code = row.OptInt(6)) a.exit_code = static_cast<int>(*code);
+      a.preempted_for = row.Int(7);
       if (a.attempt == job.attempt) {
         a.placement = job.placement;
       } else {

@@ -265,10 +265,11 @@ Result<bool> SqlStore::FinishPreemption(Connection& c, int64_t job_id, int attem
   const int64_t max_retries = job[0].Int(0);
   const std::string why = job[0].Text(1);
   const int64_t for_job = job[0].Int(2);
-  FERRY_RETURN_NOT_OK(c.Query("UPDATE attempts SET state = 'PREEMPTED', reason = ?, ended_at_ms = ?"
-                              " WHERE job_id = ? AND attempt = ?",
-                              {why, now_ms, job_id, int64_t{attempt}})
-                          .status());
+  FERRY_RETURN_NOT_OK(
+      c.Query("UPDATE attempts SET state = 'PREEMPTED', reason = ?, ended_at_ms = ?,"
+              " preempted_for = ? WHERE job_id = ? AND attempt = ?",
+              {why, now_ms, for_job, job_id, int64_t{attempt}})
+          .status());
   std::string detail = message;
   if (detail.empty()) {
     detail = "preempted";
