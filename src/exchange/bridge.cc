@@ -401,7 +401,8 @@ void ReleaseExportedArray(ArrowArray* array) {
 }
 
 // Some consumers insist on an offsets buffer even for an empty array; a
-// static zero serves every zero-length, zero-offset binary or list array.
+// static zero serves every zero-length binary or list array (exported at
+// offset 0, see ExportedOffset).
 const int64_t kZeroOffsets[1] = {0};
 
 // Room one array node needs in its family's block: its buffer pointers and,
@@ -469,6 +470,11 @@ void FillExportedArray(ArrayRecord* record, ArrayFamily* children, int64_t n_chi
   out->private_data = record;
 }
 
+// A zero-length array is handed on at offset 0: it reads nothing at any
+// offset, and Arrow C++'s importer sizes a zero-length array's buffers as
+// empty, then refuses a view array whose offset points past them.
+int64_t ExportedOffset(const ArrayData& data) { return data.length == 0 ? 0 : data.offset; }
+
 // Arrow C++ aborts the importing process (pyarrow included) on a map whose
 // entries struct or keys child has a null anywhere, so such a map is not
 // handed on. Export counts each child's nulls for its header anyway.
@@ -526,7 +532,7 @@ Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
   }
   const DataType& storage = StorageType(type);
   if (options.host_readable && OffsetWidthOfVariableLength(storage.id) != 0 &&
-      buffers[1] == nullptr && data->length == 0 && data->offset == 0) {
+      buffers[1] == nullptr && data->length == 0) {
     buffers[1] = kZeroOffsets;
   }
   if (is_view) {
@@ -564,7 +570,7 @@ Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
   // Counting nulls reads the bitmap, which device memory does not allow.
   const int64_t null_count = options.host_readable ? data->GetNullCount() : data->null_count;
   FillExportedArray(record, children, static_cast<int64_t>(data->children.size()), data->length,
-                    null_count, data->offset, exported_buffers, buffers, out);
+                    null_count, ExportedOffset(*data), exported_buffers, buffers, out);
   return Status::OK();
 }
 
