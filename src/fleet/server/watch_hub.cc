@@ -20,11 +20,11 @@ namespace {
 
 constexpr int kFetchPage = 1000;
 
-// The first event of the ring with an id above `since`.
-std::deque<WatchedEvent>::const_iterator After(const std::deque<WatchedEvent>& ring,
-                                               int64_t since) {
+// The first entry of the ring with an event id above `since`.
+template <typename Ring>
+typename Ring::const_iterator After(const Ring& ring, int64_t since) {
   return std::upper_bound(ring.begin(), ring.end(), since,
-                          [](int64_t id, const WatchedEvent& e) { return id < e.event.id; });
+                          [](int64_t id, const auto& e) { return id < e.event.event.id; });
 }
 
 }  // namespace
@@ -248,19 +248,26 @@ bool WatchHub::Fetch() {
     return false;
   }
   if (events->empty()) return false;
+  const size_t count = events->size();
+  std::vector<Entry> entries;
+  entries.reserve(count);
+  for (WatchedEvent& event : *events) {
+    std::string frame = SseFrame(event);
+    entries.push_back({std::move(event), std::move(frame)});
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (WatchedEvent& event : *events) {
-      head_ = event.event.id;
-      ring_.push_back(std::move(event));
+    for (Entry& entry : entries) {
+      head_ = entry.event.event.id;
+      ring_.push_back(std::move(entry));
     }
     while (ring_.size() > options_.ring_events) {
-      ring_start_ = ring_.front().event.id;
+      ring_start_ = ring_.front().event.event.id;
       ring_.pop_front();
     }
   }
   cv_.notify_all();
-  return static_cast<int>(events->size()) == kFetchPage;
+  return static_cast<int>(count) == kFetchPage;
 }
 
 bool WatchHub::Deliver(Stream& stream, int64_t now_ms) {
@@ -276,8 +283,8 @@ bool WatchHub::Deliver(Stream& stream, int64_t now_ms) {
   } else if (stream.cursor < head_) {
     int64_t sent = 0;
     for (auto it = After(ring_, stream.cursor); it != ring_.end(); ++it) {
-      if (!Matches(stream.query, *it)) continue;
-      stream.Queue(SseFrame(*it), now_ms);
+      if (!Matches(stream.query, it->event)) continue;
+      stream.Queue(it->frame, now_ms);
       ++sent;
     }
     stream.cursor = head_;
@@ -414,10 +421,10 @@ Result<WatchHub::Batch> WatchHub::Wait(const Slot& /*slot*/, const WatchQuery& q
     Batch batch;
     batch.next_since = head_;
     for (auto it = After(ring_, since); it != ring_.end(); ++it) {
-      if (!Matches(query, *it)) continue;
-      batch.events.push_back(*it);
+      if (!Matches(query, it->event)) continue;
+      batch.events.push_back(it->event);
       if (static_cast<int>(batch.events.size()) == query.limit) {
-        batch.next_since = it->event.id;
+        batch.next_since = it->event.event.id;
         break;
       }
     }

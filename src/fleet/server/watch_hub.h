@@ -119,7 +119,11 @@ class WatchHub {
   bool primed_ = false;     // head_ is the store's (the hub polls)
   int64_t head_ = 0;        // the newest event read
   int64_t ring_start_ = 0;  // the ring holds every event in (ring_start_, head_]
-  std::deque<WatchedEvent> ring_;
+  struct Entry {
+    WatchedEvent event;
+    std::string frame;  // SseFrame(event), formatted once for every stream
+  };
+  std::deque<Entry> ring_;
   int streams_reserved_ = 0;
   int long_polls_reserved_ = 0;
   int64_t active_until_ms_ = 0;
