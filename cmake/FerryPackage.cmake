@@ -12,6 +12,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/server.env
         COMPONENT deb EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/docs/fleet.md ${PROJECT_SOURCE_DIR}/docs/fleet-server.md
               ${PROJECT_SOURCE_DIR}/docs/fleet-agent.md ${PROJECT_SOURCE_DIR}/docs/fleet-metrics.md
+              ${PROJECT_SOURCE_DIR}/docs/fleet-dashboard.md
               ${PROJECT_SOURCE_DIR}/docs/install.md
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/ferry COMPONENT deb EXCLUDE_FROM_ALL)
 # Prometheus rules for the control plane (docs/fleet-metrics.md).
@@ -34,6 +35,8 @@ set(CPACK_COMPONENTS_ALL Unspecified deb)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, python3")
+# The dashboard's charts (docs/fleet-dashboard.md); its pages work without it.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libjs-chart.js")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${PROJECT_SOURCE_DIR}/deploy/debian/postinst ${PROJECT_SOURCE_DIR}/deploy/debian/prerm
     ${PROJECT_SOURCE_DIR}/deploy/debian/postrm ${PROJECT_SOURCE_DIR}/deploy/debian/conffiles)

@@ -49,7 +49,16 @@ export async function api(method, path, body) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (error) {
+    // A kept-alive connection the server closed as it was reused (a busy
+    // server gives idle ones up): a GET is safe to send once more.
+    if (method !== 'GET') throw error;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    response = await fetch(path, init);
+  }
   const text = await response.text();
   let data = null;
   if (text) {

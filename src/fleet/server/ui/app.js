@@ -151,4 +151,5 @@ setUnauthorizedHandler(() => {
 });
 
 window.addEventListener('hashchange', show);
+if (window.ferryBooted) window.ferryBooted();
 show();
