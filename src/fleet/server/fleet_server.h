@@ -15,6 +15,7 @@
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
 //   scheduler_handler.cc  /v1/scheduler
 //   metrics_handler.cc    /metrics (server_metrics.h)
+//   openapi_handler.cc    /v1/openapi.json (openapi.h, openapi.json)
 //   ui_handler.cc         /ui: the dashboard's embedded files (ui_assets.h)
 //   scheduler_loop.cc     the scheduler thread's passes and preemptions
 //   maintenance_loop.cc   lease and runtime expiry, config reload, key purge
@@ -61,8 +62,8 @@
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_metrics.h"
-
 #include "fleet/server/watch_hub.h"
+
 namespace ferry::fleet::server_internal {
 
 // Who may call a route.
@@ -136,6 +137,16 @@ class FleetServer {
 
   Status Run(std::atomic<bool>* stop, bool handle_signals);
 
+  // The route table as (method, pattern) pairs in the order routes match,
+  // "{}" standing for one path segment. Filled by the constructor; the
+  // OpenAPI coverage test (openapi_test.cc) compares it with openapi.json.
+  std::vector<std::pair<std::string, std::string>> RouteTable() const {
+    std::vector<std::pair<std::string, std::string>> table;
+    table.reserve(routes_.size());
+    for (const Route& route : routes_) table.emplace_back(route.method, route.pattern);
+    return table;
+  }
+
  private:
   // ---- Responses (http_plumbing.cc).
   void SendJson(Call& c, int status, const nlohmann::json& body);
@@ -177,6 +188,11 @@ class FleetServer {
     routes_.push_back({method, pattern, access, std::move(handler)});
   }
   void InstallRoutes();
+  // 405 with Allow when a route has `path` under another method, else 404,
+  // for a method no route has and httplib does not route; closes the
+  // connection (routes.cc).
+  void AnswerUnroutedMethod(const std::string& method, const std::string& path,
+                            httplib::Response& res);
   // What DispatchToRoute learnt of a request, for its metrics and log line.
   struct RequestInfo {
     const Route* route = nullptr;  // null: no route matched
@@ -205,6 +221,7 @@ class FleetServer {
   void CancelJob(Call& c);
   void ListEvents(Call& c);
   void ReadLogs(Call& c);
+  void WatchJobs(Call& c);
   void ListNodes(Call& c);
   void GetNode(Call& c);
   void SetDrain(Call& c, bool drain);
@@ -219,9 +236,9 @@ class FleetServer {
   void AgentLogs(Call& c);
   void GetScheduler(Call& c);
   void GetMetrics(Call& c);
+  void GetOpenApi(Call& c);
   // The dashboard (ui_handler.cc): "/" and "/ui" redirect to "/ui/", which is
   // index.html; "/ui/{name}" an embedded file; "/ui/vendor/chart.js" Chart.js.
-  void WatchJobs(Call& c);
   void RedirectToUi(Call& c);
   void ServeUi(Call& c);
   void ServeUiVendor(Call& c);
@@ -364,9 +381,9 @@ class FleetServer {
 
   std::mutex error_mu_;
   std::map<std::string, int64_t> last_error_ms_;
-};
-
-}  // namespace ferry::fleet::server_internal
 
   // Last, so that it stops (and its thread ends) before anything it uses goes.
   WatchHub watch_;
+};
+
+}  // namespace ferry::fleet::server_internal

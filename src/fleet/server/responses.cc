@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ferry::fleet::server_internal {
 
@@ -11,7 +12,11 @@ std::string Dump(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string_view ProblemTitle(std::string_view type_suffix) {
+namespace {
+
+// Every problem type the server sends, with its title. openapi.json documents
+// each one (openapi_test.cc checks that they agree).
+const std::map<std::string_view, std::string_view>& ProblemTitles() {
   static const std::map<std::string_view, std::string_view> kTitles = {
       {"malformed-json", "Malformed JSON body"},
       {"bad-request", "Bad request"},
@@ -30,8 +35,21 @@ std::string_view ProblemTitle(std::string_view type_suffix) {
       {"internal", "Internal server error"},
       {"unavailable", "Service unavailable"},
   };
-  auto it = kTitles.find(type_suffix);
-  return it == kTitles.end() ? std::string_view("Error") : it->second;
+  return kTitles;
+}
+
+}  // namespace
+
+std::string_view ProblemTitle(std::string_view type_suffix) {
+  auto it = ProblemTitles().find(type_suffix);
+  return it == ProblemTitles().end() ? std::string_view("Error") : it->second;
+}
+
+std::vector<std::string_view> ProblemTypeSuffixes() {
+  std::vector<std::string_view> suffixes;
+  suffixes.reserve(ProblemTitles().size());
+  for (const auto& [suffix, title] : ProblemTitles()) suffixes.push_back(suffix);
+  return suffixes;
 }
 
 json Problem(int status, std::string_view type_suffix, std::string_view detail,

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/fleet/model_json.h"
 
@@ -18,6 +19,8 @@ nlohmann::json Problem(int status, std::string_view type_suffix, std::string_vie
                        std::string_view instance);
 // The title shown for a type suffix ("validation" → "Invalid request").
 std::string_view ProblemTitle(std::string_view type_suffix);
+// Every type suffix the server sends, sorted.
+std::vector<std::string_view> ProblemTypeSuffixes();
 // One member of a validation problem's "errors": {"field", "detail"}.
 nlohmann::json FieldErrorJson(const FieldError& error);
 

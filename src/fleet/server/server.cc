@@ -50,6 +50,7 @@ FleetServer::FleetServer(const ServerOptions& options, std::unique_ptr<httplib::
   core_.scheduler = std::move(scheduler);
   core_.watcher = std::move(watcher);
   core_.config_loaded_ms = NowMs();
+  InstallRoutes();
 }
 
 // The provisioning controller, with the local provider's defaults: agents
@@ -95,7 +96,6 @@ Status FleetServer::StartProvisioning(int port) {
 }
 
 Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
-  InstallRoutes();
   const int threads = options_.threads;
   // Connections queued for a worker make idle kept-alive ones give theirs up
   // (raw_headers.h), so slow clients cannot hold the whole pool.
