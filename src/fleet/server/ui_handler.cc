@@ -67,7 +67,7 @@ void FleetServer::ServeUiVendor(Call& c) {
     return SendProblem(c, 404, "not-found", "the server has no Chart.js; the pages draw no charts");
   }
   c.res.status = 200;
-  c.res.set_content(std::move(body), std::string(UiContentType(name)));
+  c.res.set_content(body, std::string(UiContentType(name)));
 }
 
 }  // namespace ferry::fleet::server_internal
