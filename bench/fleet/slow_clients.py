@@ -28,7 +28,7 @@ class SlowClients:
     """`count` slow clients against 127.0.0.1:`port`; `mix` gives each kind's share.
     Every second client never reads; the others read 16 bytes a second."""
 
-    def __init__(self, port, token, count, mix=DEFAULT_MIX, open_per_second=400):
+    def __init__(self, port, token, count, mix=DEFAULT_MIX, open_per_second=200):
         self.port = port
         self.token = token
         self.kinds = []

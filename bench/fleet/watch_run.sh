@@ -58,7 +58,7 @@ echo "bench: $clients slow clients connecting" >&2
 "$python" "$root/bench/fleet/slow_clients.py" --port "$port" --token-file "$tmp/admin.token" \
   --clients "$clients" --seconds 0 --ready-file "$tmp/ready" 2>"$tmp/slow.log" &
 slow_pid=$!
-for _ in $(seq 600); do [ -s "$tmp/ready" ] && break; sleep 0.1; done
+for _ in $(seq 1800); do [ -s "$tmp/ready" ] && break; sleep 0.1; done
 [ -s "$tmp/ready" ] || { cat "$tmp/slow.log" >&2; exit 1; }
 sleep 2
 echo "bench: $submissions submissions next to them" >&2
