@@ -527,6 +527,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd->add_option("--metrics-listen", ao.metrics_listen,
                           "Serve GET /metrics (Prometheus text) on HOST:PORT, e.g. "
                           "127.0.0.1:9402 (default: off)");
+  s.agent_cmd
+      ->add_option("--log-format", ao.log_format,
+                   "text (default) or json: JSON lines with the node, job id, task and attempt")
+      ->check(CLI::IsMember({"text", "json"}));
 
   s.submit_cmd = app.add_subcommand(
       "submit", "Submit a job: ferry submit job.yaml, or ferry submit [options] -- command args");

@@ -38,6 +38,9 @@ struct AgentOptions {
   // HOST:PORT to serve `GET /metrics` on (docs/fleet-metrics.md); empty: no
   // metrics listener. Port 0 picks a free port (logged).
   std::string metrics_listen;
+  // "text" (default) or "json": JSON lines on stderr with the node, job id,
+  // task and attempt as fields where they apply (docs/fleet-agent.md#logs).
+  std::string log_format = "text";
 };
 
 // An address to listen on: "127.0.0.1:9402", "[::1]:9402", ":9402" (every

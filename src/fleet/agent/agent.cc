@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "ferry/base/log.h"
 #include "ferry/fleet/client.h"
 #include "fleet/agent/agent_internal.h"
 #include "fleet/agent/agent_metrics.h"
@@ -56,9 +57,18 @@ bool ParseCount(const std::string& text, int64_t max, int64_t* out) {
   return true;
 }
 
-void Log(const std::string& message) {
-  std::fprintf(stderr, "ferry agent: %s\n", message.c_str());
-  std::fflush(stderr);
+// The agent's log on stderr: "ferry agent: ..." text lines, or JSON lines
+// with --log-format json. RunAgent sets the format before anything is written.
+logging::Logger& AgentLog() {
+  static logging::Logger log("agent");
+  return log;
+}
+
+void Log(std::string_view message, std::initializer_list<logging::Field> fields = {}) {
+  AgentLog().Info(message, fields);
+}
+void Warn(std::string_view message, std::initializer_list<logging::Field> fields = {}) {
+  AgentLog().Warn(message, fields);
 }
 
 }  // namespace
@@ -539,8 +549,9 @@ class LogShipper {
       changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       if (dropped_bytes_ > 0) {
-        Log("dropped " + std::to_string(dropped_bytes_) +
-            " bytes of task output while the server was unreachable (kept in the log files)");
+        Warn("dropped " + std::to_string(dropped_bytes_) +
+                 " bytes of task output while the server was unreachable (kept in the log files)",
+             {{"node", node_}, {"bytes", static_cast<uint64_t>(dropped_bytes_)}});
         dropped_bytes_ = 0;
       }
       // Merge the head with following pieces of the same task and stream.
@@ -568,10 +579,15 @@ class LogShipper {
       if (stopping_) return;
       if (!retry) {
         if (result->status >= 400) {
-          Log("server refused task output (" +
-              DescribeErrorResponse(result->status, result->Header("content-type"),
-                                    result->raw_body) +
-              "); dropped");
+          Warn("server refused task output (" +
+                   DescribeErrorResponse(result->status, result->Header("content-type"),
+                                         result->raw_body) +
+                   "); dropped",
+               {{"node", node_},
+                {"job_id", head.ref.job_id},
+                {"task", head.ref.task},
+                {"attempt", head.ref.attempt},
+                {"status", result->status}});
         }
         // The queue only grows at the back (drops at the front count as shipped).
         const size_t done = std::min(merged, queue_.size());
@@ -646,6 +662,8 @@ class Agent {
   void HandleSyncResponse(const json& body);
   // Starts the --metrics-listen listener, if asked for.
   Status StartMetrics();
+  // One line per task start, exit or launch failure.
+  void LogReport(const TaskReport& report) const;
   // Counts one exchange with the server in the metrics.
   void CountExchange(bool ok, bool long_poll, Clock::time_point started);
 
@@ -772,9 +790,43 @@ Status Agent::StartMetrics() {
                         }));
   const bool v6 = address.host.find(':') != std::string::npos;
   Log("metrics on http://" + (v6 ? "[" + address.host + "]" : address.host) + ":" +
-      std::to_string(metrics_listener_->port()) + "/metrics" +
-      (nvml_ ? " (GPUs through NVML)" : " (no NVML: no GPU series)"));
+          std::to_string(metrics_listener_->port()) + "/metrics" +
+          (nvml_ ? " (GPUs through NVML)" : " (no NVML: no GPU series)"),
+      {{"node", options_.node_name}, {"port", metrics_listener_->port()}});
   return Status::OK();
+}
+
+void Agent::LogReport(const TaskReport& report) const {
+  const TaskRef& ref = report.ref;
+  switch (report.kind) {
+    case TaskReport::Kind::kStarted:
+      Log("task started", {{"node", options_.node_name},
+                           {"job_id", ref.job_id},
+                           {"task", ref.task},
+                           {"attempt", ref.attempt}});
+      break;
+    case TaskReport::Kind::kExited:
+      if (report.exit_code) {
+        Log("task exited", {{"node", options_.node_name},
+                            {"job_id", ref.job_id},
+                            {"task", ref.task},
+                            {"attempt", ref.attempt},
+                            {"exit_code", *report.exit_code}});
+      } else {
+        Log("task killed", {{"node", options_.node_name},
+                            {"job_id", ref.job_id},
+                            {"task", ref.task},
+                            {"attempt", ref.attempt},
+                            {"signal", report.signal.value_or(0)}});
+      }
+      break;
+    case TaskReport::Kind::kLaunchFailed:
+      Warn("task launch failed: " + report.message, {{"node", options_.node_name},
+                                                     {"job_id", ref.job_id},
+                                                     {"task", ref.task},
+                                                     {"attempt", ref.attempt}});
+      break;
+  }
 }
 
 void Agent::CountExchange(bool ok, bool long_poll, Clock::time_point started) {
@@ -792,13 +844,16 @@ void Agent::WriteHostfile(const std::string& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
     if (!out.flush()) {
-      Log("cannot write the gang hostfile " + tmp);
+      Warn("cannot write the gang hostfile " + tmp, {{"node", options_.node_name}});
       return;
     }
   }
   std::error_code error;
   std::filesystem::rename(tmp, path, error);
-  if (error) Log("cannot write the gang hostfile " + path + ": " + error.message());
+  if (error) {
+    Warn("cannot write the gang hostfile " + path + ": " + error.message(),
+         {{"node", options_.node_name}});
+  }
 }
 
 Result<bool> Agent::Register() {
@@ -833,7 +888,12 @@ Result<bool> Agent::Register() {
       }
       if (lease_ms > 0) lease_ms_ = lease_ms;
       Log("registered node " + options_.node_name + " in pool " + options_.pool + " (instance " +
-          instance_ + ", " + std::to_string(gpus_.size()) + " GPUs) with " + options_.server_url);
+              instance_ + ", " + std::to_string(gpus_.size()) + " GPUs) with " +
+              options_.server_url,
+          {{"node", options_.node_name},
+           {"pool", options_.pool},
+           {"instance", instance_},
+           {"gpus", static_cast<int64_t>(gpus_.size())}});
       return true;
     }
     if (result.ok()) {
@@ -844,9 +904,12 @@ Result<bool> Agent::Register() {
           result->status != 408) {
         return Status::Invalid("registration refused: " + message);
       }
-      if (!reported_outage) Log("registration failed (" + message + "); retrying");
+      if (!reported_outage) {
+        Warn("registration failed (" + message + "); retrying",
+             {{"node", options_.node_name}, {"status", result->status}});
+      }
     } else if (!reported_outage) {
-      Log(result.status().message() + "; retrying");
+      Warn(result.status().message() + "; retrying", {{"node", options_.node_name}});
     }
     reported_outage = true;
     Sleep(backoff);
@@ -871,8 +934,16 @@ void Agent::HandleSyncResponse(const json& body) {
       auto assignment = agent_internal::ParseAssignment(entry);
       if (!assignment.ok()) {
         auto ref = agent_internal::ParseRef(entry);
-        Log("bad assignment from the server: " + assignment.status().message());
-        if (!ref.ok()) continue;
+        if (!ref.ok()) {
+          Warn("bad assignment from the server: " + assignment.status().message(),
+               {{"node", options_.node_name}});
+          continue;
+        }
+        Warn("bad assignment from the server: " + assignment.status().message(),
+             {{"node", options_.node_name},
+              {"job_id", ref->job_id},
+              {"task", ref->task},
+              {"attempt", ref->attempt}});
         // Report it so the job fails instead of waiting forever.
         TaskReport report;
         report.ref = *ref;
@@ -924,6 +995,7 @@ Status Agent::Run() {
     // Running() before TakeReports(): a task ending in between is in one of them.
     std::vector<TaskRef> running = runner_->Running();
     for (auto& report : runner_->TakeReports()) {
+      LogReport(report);
       const bool ended = report.kind != TaskReport::Kind::kStarted;
       pending_.push_back({std::move(report), ended ? shipper_->enqueued() : 0, Clock::now()});
     }
@@ -983,15 +1055,17 @@ Status Agent::Run() {
     }
 
     if (result.ok() && result->status == 200 && result->body.is_object()) {
-      if (outage) Log("server reachable again");
+      if (outage) Log("server reachable again", {{"node", options_.node_name}});
       outage = false;
       backoff = std::chrono::milliseconds(200);
       const json& body = result->body;
       auto registered_it = body.find("registered");
       if (registered_it != body.end() && registered_it->is_boolean() &&
           !registered_it->get<bool>()) {
-        Log("the server does not know this node (restarted or declared it lost); registering "
-            "again");
+        Warn(
+            "the server does not know this node (restarted or declared it lost); registering "
+            "again",
+            {{"node", options_.node_name}});
         registered = false;
         continue;  // the reports stay queued and go with the next sync
       }
@@ -1017,14 +1091,18 @@ Status Agent::Run() {
         result.ok() ? DescribeErrorResponse(result->status, result->Header("content-type"),
                                             result->raw_body)
                     : result.status().message();
-    if (!outage) Log("sync failed (" + message + "); tasks keep running, retrying");
+    if (!outage) {
+      Warn("sync failed (" + message + "); tasks keep running, retrying",
+           {{"node", options_.node_name}});
+    }
     outage = true;
     Sleep(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
 
   if (!runner_->Running().empty()) {
-    Log("stopping " + std::to_string(runner_->Running().size()) + " task(s)");
+    Log("stopping " + std::to_string(runner_->Running().size()) + " task(s)",
+        {{"node", options_.node_name}, {"tasks", static_cast<int64_t>(runner_->Running().size())}});
   }
   runner_->StopAll(kShutdownGrace);
   shipper_->Flush(std::chrono::seconds(2));
@@ -1039,6 +1117,9 @@ Status Agent::Run() {
 }  // namespace
 
 Status RunAgent(const AgentOptions& options, std::atomic<bool>* stop, bool handle_signals) {
+  Result<logging::Format> log_format = logging::ParseFormat(options.log_format);
+  if (!log_format.ok()) return log_format.status().WithPrefix("agent: ");
+  AgentLog().set_format(*log_format);
   struct sigaction old_int {
   }, old_term{}, old_pipe{};
   if (handle_signals) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "ferry/fleet/agent.h"
@@ -158,7 +159,9 @@ json Assignment(int64_t job, const std::string& script, json gpu_indices = json:
 
 class AgentThread {
  public:
-  AgentThread(const std::string& url, const std::string& work_dir) {
+  AgentThread(const std::string& url, const std::string& work_dir,
+              const std::string& log_format = "text") {
+    options_.log_format = log_format;
     options_.server_url = url;
     options_.token = "fy_agent";
     options_.node_name = "node-a";
@@ -268,6 +271,58 @@ TEST(AgentLoop, StopsTasksWithEscalationAndOnShutdown) {
   ASSERT_OK(agent.Finish());
   // Shutdown killed and reaped job 3.
   EXPECT_NE(kill(pid, 0), 0);
+}
+
+TEST(AgentLoop, JsonLogLinesCarryTheNodeAndTheTask) {
+  FakeServer server;
+  const std::string work_dir = TempDir("ferry-agent-loop-json-log");
+  ::testing::internal::CaptureStderr();
+  {
+    AgentThread agent(server.url(), work_dir, "json");
+    server.WaitFor([](FakeServer& s) { return !s.registrations_.empty(); });
+    server.Start(Assignment(7, "echo out; exit 3"));
+    server.WaitFor([](FakeServer& s) { return s.Report(7, "exited").has_value(); });
+    (void)agent.Finish();
+  }
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(server.Report(7, "exited").has_value());
+  std::vector<json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    json parsed = json::parse(line, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << "not a JSON line: " << line;
+    EXPECT_EQ(parsed["component"], "agent") << line;
+    EXPECT_TRUE(parsed["ts"].is_string()) << line;
+    lines.push_back(std::move(parsed));
+  }
+  auto find = [&](const std::string& message) -> const json* {
+    for (const json& line : lines) {
+      if (line["msg"].get<std::string>().rfind(message, 0) == 0) return &line;
+    }
+    return nullptr;
+  };
+  const json* registered = find("registered node node-a");
+  ASSERT_NE(registered, nullptr) << text;
+  EXPECT_EQ((*registered)["level"], "info");
+  EXPECT_EQ((*registered)["node"], "node-a");
+  EXPECT_EQ((*registered)["pool"], "p1");
+  EXPECT_EQ((*registered)["gpus"], 2);
+  const json* started = find("task started");
+  ASSERT_NE(started, nullptr) << text;
+  EXPECT_EQ((*started)["job_id"], 7);
+  EXPECT_EQ((*started)["task"], 0);
+  EXPECT_EQ((*started)["attempt"], 1);
+  const json* exited = find("task exited");
+  ASSERT_NE(exited, nullptr) << text;
+  EXPECT_EQ((*exited)["job_id"], 7);
+  EXPECT_EQ((*exited)["exit_code"], 3);
+  EXPECT_EQ((*exited)["node"], "node-a");
+
+  AgentOptions bad;
+  bad.log_format = "yaml";
+  Status status = RunAgent(bad, nullptr, false);
+  EXPECT_EQ(status.code(), StatusCode::kInvalid);
+  EXPECT_NE(status.message().find("yaml"), std::string::npos) << status.ToString();
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ const std::vector<double> kSyncBuckets = metrics::ExponentialBuckets(0.001, 2, 1
 
 }  // namespace
 
-AgentMetrics::AgentMetrics(std::string node, std::string pool, Nvml* nvml)
+AgentMetrics::AgentMetrics(std::string node, const std::string& pool, Nvml* nvml)
     : node_(std::move(node)),
       nvml_(nvml),
       reachable_(&registry_

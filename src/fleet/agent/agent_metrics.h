@@ -43,7 +43,7 @@ class AgentMetrics {
  public:
   // `nvml`: the node's NVML, or nullptr when there is none; when given it
   // must outlive this object and is only used under this object's lock.
-  AgentMetrics(std::string node, std::string pool, Nvml* nvml);
+  AgentMetrics(std::string node, const std::string& pool, Nvml* nvml);
 
   // One answered or failed exchange with the server (registration or sync);
   // `long_poll`: the request asked the server to wait. `now_ms`: Unix time.
