@@ -57,6 +57,10 @@ struct Options {
   int lists = 2'000;
   int latency_jobs = 0;      // submit → RUNNING samples (starts an agent)
   bool idempotency = false;  // send an Idempotency-Key with every submission
+  int nodes = 0;             // register this many drained 8-GPU nodes first
+  int preload = 0;           // submissions before the measured ones (not reported)
+  int scrape_every_ms = 0;   // scrape /metrics this often during the measured phases
+  int scrapes = 0;           // then time this many scrapes one after another
   std::string json_out;
   std::vector<std::string> server_args;
 };
@@ -66,6 +70,7 @@ void Usage() {
       "usage: ferry_fleet_bench (--ferry BIN --store URL | --url URL --token-file FILE)\n"
       "         [--threads N] [--submissions N] [--gets N] [--lists N] [--latency N]\n"
       "         [--idempotency] [--json FILE] [--server-arg ARG]...\n"
+      "         [--nodes N] [--preload N] [--scrape-every-ms MS] [--scrapes N]\n"
       "  --ferry BIN       the ferry binary; the benchmark starts `ferry server` on --store\n"
       "                    (rate limit off) and, with --latency, one `ferry agent`\n"
       "  --url, --token-file  target a running server with this admin token instead\n"
@@ -75,7 +80,12 @@ void Usage() {
       "  --lists N         GET /v1/jobs?page_size=50 in total (default 2000)\n"
       "  --latency N       then N jobs one at a time: submit -> RUNNING with one agent\n"
       "  --idempotency     send an Idempotency-Key with every submission\n"
-      "  --json FILE       also write the results as JSON");
+      "  --json FILE       also write the results as JSON\n"
+      "  --nodes N         register N drained nodes of 8 H200 each first (jobs then\n"
+      "                    wait NO_CAPACITY); needs --ferry\n"
+      "  --preload N       submit N jobs before the measured phases\n"
+      "  --scrape-every-ms MS  GET /metrics every MS ms during the measured phases\n"
+      "  --scrapes N       then time N scrapes of /metrics one after another");
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -117,6 +127,14 @@ Options ParseArgs(int argc, char** argv) {
       o.idempotency = true;
     else if (a == "--json")
       o.json_out = value(i);
+    else if (a == "--nodes")
+      o.nodes = number(i);
+    else if (a == "--preload")
+      o.preload = number(i);
+    else if (a == "--scrape-every-ms")
+      o.scrape_every_ms = number(i);
+    else if (a == "--scrapes")
+      o.scrapes = number(i);
     else if (a == "--server-arg")
       o.server_args.push_back(value(i));
     else if (a == "-h" || a == "--help") {
@@ -131,6 +149,7 @@ Options ParseArgs(int argc, char** argv) {
   if (!o.ferry.empty() && o.store.empty()) Die("--ferry needs --store");
   if (!o.url.empty() && o.token_file.empty()) Die("--url needs --token-file");
   if (!o.url.empty() && o.latency_jobs > 0) Die("--latency starts its own agent; use --ferry");
+  if (!o.url.empty() && o.nodes > 0) Die("--nodes registers with the agent token; use --ferry");
   return o;
 }
 
@@ -395,15 +414,75 @@ int main(int argc, char** argv) {
 
   // Submissions hold a GPU model no node has: with no nodes registered the
   // server accepts them, and the jobs stay PENDING without tying up agents.
-  std::vector<int64_t> ids(static_cast<size_t>(o.submissions), 0);
+  // With --nodes they ask for the nodes' model, which the nodes (drained)
+  // never give.
+  const std::string model = o.nodes > 0 ? "H200" : "BENCH-NONE";
+  if (o.nodes > 0) {
+    Target agent_target = target;
+    agent_target.token = Trim(ReadFile(work + "/agent.token"));
+    json gpus = json::array();
+    for (int i = 0; i < 8; ++i) gpus.push_back({{"index", i}, {"model", model}});
+    Summary reg =
+        Drive("register + drain nodes", target, o.threads, o.nodes, [&](httplib::Client& c, int n) {
+          const std::string name = "bench-node-" + std::to_string(n);
+          json body = {{"name", name},
+                       {"instance", name + "-i1"},
+                       {"cpus", 64},
+                       {"memory_mb", 1 << 20},
+                       {"gpus", gpus}};
+          auto r =
+              c.Post("/v1/agent/register", Auth(agent_target), body.dump(), "application/json");
+          if (!r || r->status != 200) return false;
+          r = c.Post("/v1/nodes/" + name + ":drain", Auth(target), "", "application/json");
+          return r && r->status == 200;
+        });
+    Print(reg);
+  }
   const std::string run_tag = std::to_string(::getpid());
+  auto submit = [&](httplib::Client& c, int n) {
+    json body = {{"name", "bench-" + std::to_string(n)},
+                 {"command", {"sleep", "1"}},
+                 {"gpus_per_task", 1},
+                 {"gpu_models", {model}},
+                 {"labels", {{"bench", run_tag}}}};
+    auto r = c.Post("/v1/jobs", Auth(target), body.dump(), "application/json");
+    return r && r->status == 201;
+  };
+  if (o.preload > 0) {
+    Summary s = Drive("preload POST /v1/jobs", target, o.threads, o.preload, submit);
+    Print(s);
+  }
+
+  // Scrapes in the background while the measured phases run.
+  std::atomic<bool> scraping{o.scrape_every_ms > 0};
+  std::vector<double> background_ms;
+  int background_errors = 0;
+  std::thread scraper;
+  if (scraping) {
+    scraper = std::thread([&] {
+      auto c = Connect(target);
+      while (scraping.load()) {
+        auto t0 = Clock::now();
+        auto r = c->Get("/metrics", Auth(target));
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (r && r->status == 200) {
+          background_ms.push_back(ms);
+        } else {
+          ++background_errors;
+        }
+        std::this_thread::sleep_until(t0 + std::chrono::milliseconds(o.scrape_every_ms));
+      }
+    });
+  }
+
+  std::vector<int64_t> ids(static_cast<size_t>(o.submissions), 0);
   if (o.submissions > 0) {
     Summary s =
         Drive("POST /v1/jobs", target, o.threads, o.submissions, [&](httplib::Client& c, int n) {
           json body = {{"name", "bench-" + std::to_string(n)},
                        {"command", {"sleep", "1"}},
                        {"gpus_per_task", 1},
-                       {"gpu_models", {"BENCH-NONE"}},
+                       {"gpu_models", {model}},
                        {"labels", {{"bench", run_tag}}}};
           httplib::Headers h = Auth(target);
           if (o.idempotency) h.emplace("Idempotency-Key", run_tag + "-" + std::to_string(n));
@@ -438,6 +517,27 @@ int main(int argc, char** argv) {
                       });
     Print(s);
     results["phases"].push_back(s.ToJson());
+  }
+
+  if (scraper.joinable()) {
+    scraping = false;
+    scraper.join();
+    Summary s = Summarize("GET /metrics (background)", background_ms, background_errors, 0);
+    Print(s);
+    results["phases"].push_back(s.ToJson());
+  }
+  if (o.scrapes > 0) {
+    Summary s = Drive("GET /metrics", target, 1, o.scrapes, [&](httplib::Client& c, int) {
+      auto r = c.Get("/metrics", Auth(target));
+      return r && r->status == 200 && r->body.find("ferry_jobs{") != std::string::npos;
+    });
+    Print(s);
+    results["phases"].push_back(s.ToJson());
+    auto c = Connect(target);
+    if (auto r = c->Get("/metrics", Auth(target))) {
+      results["scrape_bytes"] = r->body.size();
+      std::printf("%-28s %8zu bytes\n", "scrape size", r->body.size());
+    }
   }
 
   if (o.latency_jobs > 0) {

@@ -14,13 +14,17 @@ namespace ferry::fleet {
 struct ServerOptions {
   std::string store_url = "sqlite:ferry-fleet.db";
   std::string host = "127.0.0.1";
-  int port = 8700;                     // 0: any free port (written to port_file)
-  std::string port_file;               // when set, the bound port is written here once listening
-  std::string data_dir = ".";          // bootstrap tokens are written here
-  int threads = 8;                     // HTTP worker threads
+  int port = 8700;             // 0: any free port (written to port_file)
+  std::string port_file;       // when set, the bound port is written here once listening
+  std::string data_dir = ".";  // bootstrap tokens are written here
+  int threads = 8;             // HTTP worker threads
   // "text" (the default) or "json": JSON lines on stderr, one per request
   // too, with its X-Request-Id, caller, route, status and latency.
   std::string log_format = "text";
+  // How often the job, node and GPU gauges of GET /metrics are counted from
+  // the store (in the background; a scrape serves the last count). 0: count
+  // at every scrape (slow on a large store: ~300 ms at 100,000 jobs).
+  int64_t metrics_refresh_ms = 5'000;
   int64_t lease_ms = 10'000;           // node lease; agents sync well within it
   int64_t schedule_interval_ms = 100;  // also runs right after submissions and task exits
   int64_t max_body_bytes = 1 << 20;

@@ -62,6 +62,7 @@ void FleetServer::AgentRegister(Call& c) {
   // capacity may fit pending jobs: schedule now; end the old instance's poll.
   WakeNodes({registration->name});
   WakeLogWaiters();
+  checker_.NodesChanged();
   WakeScheduler();
   SendJson(c, 200, {{"node", ToJson(*node)}, {"lease_ms", options_.lease_ms}});
 }

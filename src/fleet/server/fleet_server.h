@@ -342,6 +342,7 @@ class FleetServer {
   InFlightKeys in_flight_;
   TokenCache token_cache_;
   ServerMetrics metrics_;
+  SubmissionChecker checker_;
   int64_t metrics_event_cursor_ = -1;  // the last job event the metrics counted; -1: not started
 
   std::atomic<bool> stopping_{false};

@@ -54,30 +54,22 @@ void FleetServer::SubmitJob(Call& c) {
     SendValidation(c, errors);
     return;
   }
-  Result<std::vector<Node>> nodes = store_->ListNodes();
-  if (!nodes.ok()) return SendStoreError(c, nodes.status());
-  // The nodes that may take work again (all but LOST ones) plus the cloud
-  // pools at their max_nodes, judged by the scheduling core itself. With no
-  // such node yet, every valid job may wait for one.
-  const std::vector<sched::NodeInfo> capacity = CapacityNodes(*nodes);
-  std::optional<std::string> over_quota, unsatisfiable;
-  {
-    // Quotas are checked softly here (the job alone must fit them) and hard
-    // when scheduling.
-    Job candidate;
-    candidate.tenant = c.principal.tenant;
-    candidate.team = c.principal.team;
-    candidate.user = c.principal.user;
-    candidate.spec = *spec;
-    const sched::PendingJob pending = sched::ToPendingJob(candidate);
-    std::lock_guard<std::mutex> lock(core_.mu);
-    over_quota = core_.scheduler->CheckSubmission(pending);
-    if (!over_quota && !capacity.empty()) {
-      unsatisfiable = core_.scheduler->CheckCapacity(pending, capacity);
-    }
+  // Quotas are checked softly here (the job alone must fit them) and hard
+  // when scheduling; capacity against the nodes that may take work again
+  // (all but LOST ones) plus the cloud pools at their max_nodes, judged by
+  // the scheduling core itself (SubmissionChecker).
+  Job candidate;
+  candidate.tenant = c.principal.tenant;
+  candidate.team = c.principal.team;
+  candidate.user = c.principal.user;
+  candidate.spec = *spec;
+  Result<SubmissionChecker::Verdict> verdict = checker_.Check(
+      sched::ToPendingJob(candidate), [this] { return store_->ListNodes(); }, NowMs());
+  if (!verdict.ok()) return SendStoreError(c, verdict.status());
+  if (verdict->over_quota) return SendValidation(c, {{"quota", *verdict->over_quota}});
+  if (verdict->unsatisfiable) {
+    return SendProblem(c, 422, "unsatisfiable", *verdict->unsatisfiable);
   }
-  if (over_quota) return SendValidation(c, {{"quota", *over_quota}});
-  if (unsatisfiable) return SendProblem(c, 422, "unsatisfiable", *unsatisfiable);
   std::optional<InFlightKeys::Claim> claim;
   if (!key.empty()) {
     claim.emplace(&in_flight_, c.principal.user_id, key);

@@ -20,6 +20,7 @@ constexpr int64_t kPurgeIntervalMs = 60'000;
 void FleetServer::MaintenanceLoop() {
   const int64_t tick_ms = std::clamp<int64_t>(options_.lease_ms / 4, 50, 1000);
   int64_t last_purge_ms = 0;
+  int64_t last_gauges_ms = NowMs();  // Run counted them just before this loop
   while (!WaitForStop(tick_ms)) {
     const int64_t now = NowMs();
     Result<ExpiryResult> expired = store_->ExpireLeases(now);
@@ -28,6 +29,7 @@ void FleetServer::MaintenanceLoop() {
     } else if (!expired->lost_nodes.empty() || !expired->requeued_jobs.empty() ||
                !expired->failed_jobs.empty()) {
       metrics_.LeaseExpired(static_cast<int64_t>(expired->lost_nodes.size()));
+      checker_.NodesChanged();
       for (const std::string& node : expired->lost_nodes) {
         ServerLog().Warn("node " + node + " lost (lease expired)", {{"node", node}});
       }
@@ -49,6 +51,10 @@ void FleetServer::MaintenanceLoop() {
     }
     ReloadConfig();
     TailJobEventsForMetrics();
+    if (options_.metrics_refresh_ms > 0 && now - last_gauges_ms >= options_.metrics_refresh_ms) {
+      last_gauges_ms = now;
+      metrics_.RefreshStoreGauges(*store_);
+    }
     if (now - last_purge_ms >= kPurgeIntervalMs) {
       last_purge_ms = now;
       Result<int64_t> purged = store_->PurgeIdempotencyKeys(now, options_.idempotency_ttl_ms);
@@ -105,6 +111,7 @@ void FleetServer::ReloadConfig() {
   {
     std::lock_guard<std::mutex> lock(core_.mu);
     applied = core_.scheduler->Reconfigure(config);
+    if (applied.ok()) applied = checker_.Configure(config);
     if (applied.ok()) {
       core_.config_error.clear();
       core_.config_loaded_ms = NowMs();

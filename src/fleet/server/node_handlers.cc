@@ -30,6 +30,7 @@ void FleetServer::SetDrain(Call& c, bool drain) {
   Result<bool> found = store_->SetDrain(name, drain);
   if (!found.ok()) return SendStoreError(c, found.status());
   if (!*found) return SendProblem(c, 404, "not-found", "no node " + name);
+  checker_.NodesChanged();
   if (!drain) WakeScheduler();
   Result<std::optional<Node>> node = store_->GetNode(name);
   if (!node.ok()) return SendStoreError(c, node.status());

@@ -57,6 +57,49 @@ std::vector<sched::NodeInfo> CapacityNodes(const std::vector<Node>& nodes) {
   return out;
 }
 
+Status SubmissionChecker::Configure(const sched::Config& config) {
+  FERRY_ASSIGN_OR_RAISE(std::unique_ptr<sched::Scheduler> core, sched::Scheduler::Make(config));
+  std::lock_guard<std::mutex> lock(mu_);
+  core_ = std::move(core);
+  verdicts_.clear();  // pools and providers may have changed
+  return Status::OK();
+}
+
+std::string SubmissionChecker::ShapeKey(const sched::PendingJob& job) {
+  // Everything of a job the capacity check reads; not its owner, priority or age.
+  nlohmann::json key = {
+      job.tasks,    job.gpus_per_task, job.gpu_models, job.cpus_per_task, job.memory_mb_per_task,
+      job.datasets, job.topology,      job.pool_set};
+  return key.dump();
+}
+
+Result<SubmissionChecker::Verdict> SubmissionChecker::Check(
+    const sched::PendingJob& job, const std::function<Result<std::vector<Node>>()>& load_nodes,
+    int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (core_ == nullptr) return Status::Invalid("the submission check has no config");
+  Verdict verdict;
+  verdict.over_quota = core_->CheckSubmission(job);
+  if (verdict.over_quota) return verdict;
+  if (!loaded_ || now_ms - loaded_ms_ >= refresh_ms_ || now_ms < loaded_ms_) {
+    FERRY_ASSIGN_OR_RAISE(std::vector<Node> nodes, load_nodes());
+    capacity_ = CapacityNodes(nodes);
+    loaded_ms_ = now_ms;
+    loaded_ = true;
+    verdicts_.clear();
+  }
+  // With no node yet, every valid job may wait for one.
+  if (capacity_.empty()) return verdict;
+  const std::string key = ShapeKey(job);
+  auto it = verdicts_.find(key);
+  if (it == verdicts_.end()) {
+    if (verdicts_.size() >= 4096) verdicts_.clear();  // many shapes: start over
+    it = verdicts_.emplace(key, core_->CheckCapacity(job, capacity_)).first;
+  }
+  verdict.unsatisfiable = it->second;
+  return verdict;
+}
+
 namespace {
 json OptionalIntJson(const std::optional<int>& value) {
   return value ? json(*value) : json(nullptr);

@@ -48,6 +48,8 @@ FleetServer::FleetServer(const ServerOptions& options, std::unique_ptr<httplib::
       watch_(store_.get(), &metrics_.registry(), WatchOptions(options),
              [this](const std::string& what, const Status& status) { LogError(what, status); }) {
   core_.scheduler = std::move(scheduler);
+  // Valid: the scheduler above was made from it.
+  (void)checker_.Configure(core_.scheduler->config());
   core_.watcher = std::move(watcher);
   core_.config_loaded_ms = NowMs();
   InstallRoutes();
@@ -74,6 +76,7 @@ Status FleetServer::StartProvisioning(int port) {
     options.local_base.ferry_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   }
   options.on_change = [this](bool nodes_lost) {
+    checker_.NodesChanged();
     if (nodes_lost) {
       WakeAllNodes();
       WakeLogWaiters();
@@ -160,13 +163,14 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
     listen_ended = true;
   });
   TailJobEventsForMetrics();  // the job metrics count from here on
+  metrics_.set_cached(options_.metrics_refresh_ms > 0);
+  if (options_.metrics_refresh_ms > 0) metrics_.RefreshStoreGauges(*store_);
   std::thread scheduler([this] { SchedulerLoop(); });
   std::thread maintenance([this] { MaintenanceLoop(); });
   ServerLog().Info("listening on " + std::string(options_.tls_cert_file.empty() ? "" : "https://") +
-                       options_.host + ":" + std::to_string(port) + " (store " +
-                       std::string(store_->backend()) + ", schema " +
-                       std::to_string(store_->schema_version()) + ")",
-                   {{"port", port}});
+                   options_.host + ":" + std::to_string(port) + " (store " +
+                   std::string(store_->backend()) + ", schema " +
+                   std::to_string(store_->schema_version()) + ")");
 
   while (!(stop != nullptr && stop->load()) && !(handle_signals && g_signalled) &&
          !listen_ended.load()) {
@@ -229,6 +233,9 @@ Status ValidateOptions(const ServerOptions& options) {
   if (options.rendezvous_port_min < 1 || options.rendezvous_port_max > 65535 ||
       options.rendezvous_port_min > options.rendezvous_port_max) {
     return Status::Invalid("server: need 1 <= rendezvous_port_min <= rendezvous_port_max <= 65535");
+  }
+  if (options.metrics_refresh_ms < 0 || options.metrics_refresh_ms > 3'600'000) {
+    return Status::Invalid("server: metrics_refresh_ms must be between 0 and 3600000");
   }
   if (Result<logging::Format> format = logging::ParseFormat(options.log_format); !format.ok()) {
     return format.status().WithPrefix("server: ");

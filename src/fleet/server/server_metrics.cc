@@ -302,13 +302,11 @@ void ServerMetrics::Cycle(const sched::CycleStats& stats, int64_t now_ms) {
   last_cycle_->Set(static_cast<double>(now_ms) / 1000.0);
 }
 
-std::string ServerMetrics::Render(Store& store, const ScrapeInputs& inputs) {
+std::string ServerMetrics::StoreGauges(Store& store) {
   metrics::Writer writer;
   Result<std::vector<JobCount>> jobs = store.CountJobs();
   Result<std::vector<Node>> nodes = store.ListNodes();
   if (!jobs.ok() || !nodes.ok()) store_errors_->Add();
-  writer.Append(registry_.Render());
-  writer.Append(store.RenderMetrics());
 
   if (jobs.ok()) {
     // Terminal jobs keep every reason; the gauge sums over reasons, and
@@ -358,6 +356,25 @@ std::string ServerMetrics::Render(Store& store, const ScrapeInputs& inputs) {
     for (const Pool& pool : pools) {
       writer.Sample("ferry_gpus_free", {{"pool", pool.name}}, pool.gpus_free);
     }
+  }
+  return writer.Take();
+}
+
+void ServerMetrics::RefreshStoreGauges(Store& store) {
+  std::string text = StoreGauges(store);
+  std::lock_guard<std::mutex> lock(gauges_mu_);
+  gauges_ = std::move(text);
+}
+
+std::string ServerMetrics::Render(Store& store, const ScrapeInputs& inputs) {
+  metrics::Writer writer;
+  writer.Append(registry_.Render());
+  writer.Append(store.RenderMetrics());
+  if (cached_) {
+    std::lock_guard<std::mutex> lock(gauges_mu_);
+    writer.Append(gauges_);
+  } else {
+    writer.Append(StoreGauges(store));
   }
   RenderQuotas(inputs.quotas, &writer);
   RenderShares(inputs.shares, &writer);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,6 +51,11 @@ class ServerMetrics {
   // process telemetry. A store that fails leaves its gauges out and counts
   // the failure in ferry_metrics_store_errors_total.
   std::string Render(Store& store, const ScrapeInputs& inputs);
+  // With `cached`, Render shows the store-backed gauges of the last
+  // RefreshStoreGauges instead of reading the store (a large store costs
+  // hundreds of ms to count; the maintenance thread refreshes them).
+  void set_cached(bool cached) { cached_ = cached; }
+  void RefreshStoreGauges(Store& store);
 
  private:
   metrics::Registry registry_;
@@ -66,6 +72,12 @@ class ServerMetrics {
   metrics::Counter* backfilled_total_;
   metrics::Gauge* last_cycle_;
   metrics::Family<metrics::Counter>* preemptions_;
+  // The store-backed gauges as text (jobs, pending reasons, nodes, GPUs).
+  std::string StoreGauges(Store& store);
+
+  bool cached_ = false;
+  std::mutex gauges_mu_;
+  std::string gauges_;  // the last refresh
   metrics::Counter* store_errors_;
   metrics::Counter* lease_expiries_;
   metrics::Counter* admissions_;

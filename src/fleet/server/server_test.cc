@@ -243,7 +243,9 @@ TEST(FleetServer, RoutingErrors) {
   TestServer server;
   ASSERT_TRUE(server.ok());
   ExpectProblem(server.Get("/v1/nothing", server.admin()), 404, "not-found");
-  ExpectProblem(server.Get("/", ""), 404, "not-found");
+  ExpectProblem(server.Get("/nowhere", ""), 404, "not-found");
+  // "/" is the dashboard's front door.
+  EXPECT_EQ(server.Get("/", "").status, 302);
   Reply put = server.Send("PUT", "/v1/jobs", server.admin(), "{}");
   ExpectProblem(put, 405, "method-not-allowed");
   EXPECT_EQ(put.Header("Allow"), "POST, GET");
@@ -959,8 +961,25 @@ TEST(FleetServer, PendingJobsExplainWhyFromTheLastCycle) {
           .is_null());
 }
 
+TEST(FleetServer, MetricsCountTheStoreInTheBackground) {
+  TestServer server([](ServerOptions& o) { o.metrics_refresh_ms = 100; });
+  ASSERT_TRUE(server.ok());
+  // Counted once at start: the families are there, with no node yet.
+  std::string text = server.Get("/metrics", server.admin()).raw;
+  EXPECT_NE(text.find("# TYPE ferry_nodes gauge"), std::string::npos) << text;
+  EXPECT_EQ(text.find("ferry_nodes{"), std::string::npos) << text;
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-c", "L4", 3)).status,
+            200);
+  // The next background count shows the node; scrapes in between serve the last count.
+  ASSERT_TRUE(WaitFor([&] {
+    text = server.Get("/metrics", server.admin()).raw;
+    return SampleValue(text, R"(ferry_gpus{pool="default",model="L4"})") == 3;
+  })) << text;
+  EXPECT_EQ(SampleValue(text, R"(ferry_nodes{pool="default",state="READY"})"), 1);
+}
+
 TEST(FleetServer, MetricsShowRequestsJobsNodesAndTheScheduler) {
-  TestServer server;
+  TestServer server([](ServerOptions& o) { o.metrics_refresh_ms = 0; });
   const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
   ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-a", "T4", 2)).status,
             200);
@@ -1203,6 +1222,7 @@ TEST(FleetServer, MetricsShowJobLifecycleQuotasFairShareAndTheStore) {
               "  - path: other\n    nominal_gpus: 3\n    lending_limit: 2\n    cohort: pool-a\n"
               "shares:\n  - path: default\n    shares: 3\n");
     o.scheduler_config = config_path;
+    o.metrics_refresh_ms = 0;
   });
   ASSERT_TRUE(server.ok());
   ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-m", "L4", 2)).status,

@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <source_location>
 #include <string_view>
 #include <thread>
 #include <tuple>
@@ -267,15 +266,14 @@ class SqlStore final : public Store {
   // Runs `fn` in one transaction, retrying when the database says so. The
   // calling method names the operation in the store's metrics.
   template <typename Fn>
-  Status Run(bool write, Fn&& fn, std::source_location where = std::source_location::current()) {
+  Status Run(bool write, Fn&& fn, const char* where = __builtin_FUNCTION()) {
     return Run(write, false, std::forward<Fn>(fn), where);
   }
 
   template <typename Fn>
-  Status Run(bool write, bool retry_unique, Fn&& fn,
-             std::source_location where = std::source_location::current()) {
+  Status Run(bool write, bool retry_unique, Fn&& fn, const char* where = __builtin_FUNCTION()) {
     const auto started = std::chrono::steady_clock::now();
-    const std::string_view operation = OperationName(where.function_name());
+    const std::string_view operation = OperationName(where);
     for (int tries = 1;; ++tries) {
       Result<sql::Lease> leased = db_->Acquire(write);
       if (!leased.ok()) {
@@ -360,8 +358,8 @@ class SqlStore final : public Store {
   Result<TaskAssignment> BuildAssignment(Connection& c, int64_t node_id,
                                          const std::tuple<int64_t, int, int>& key);
 
-  // "CountJobs" from "ferry::...::SqlStore::CountJobs()" (GCC's and Clang's
-  // function_name() forms, return type and arguments dropped).
+  // The calling method's name as __builtin_FUNCTION() gives it ("CountJobs";
+  // a qualified or signature form is cut down to the name).
   static std::string_view OperationName(std::string_view function);
 
   struct StoreMetrics {
