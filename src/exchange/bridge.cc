@@ -400,9 +400,10 @@ void ReleaseExportedArray(ArrowArray* array) {
   home->Drop(1);
 }
 
-// Some consumers insist on an offsets buffer even for an empty array; a
-// static zero serves every zero-length binary or list array (exported at
-// offset 0, see ExportedOffset).
+// Some consumers insist on an offsets buffer even for an empty array, and
+// Arrow C++ reads its first entry; a static zero serves as the offsets of
+// every zero-length binary or list array (exported at offset 0, see
+// ExportedOffset), whatever its own buffer holds there.
 const int64_t kZeroOffsets[1] = {0};
 
 // Room one array node needs in its family's block: its buffer pointers and,
@@ -470,6 +471,16 @@ void FillExportedArray(ArrayRecord* record, ArrayFamily* children, int64_t n_chi
   out->private_data = record;
 }
 
+// Whether a zero-length array's own offsets can go out as they are: at
+// offset 0, with a first entry of 0.
+bool StartsAtZeroOffset(const ArrayData& data, int width) {
+  const BufferPtr& offsets = data.buffers[1];
+  if (data.offset != 0 || offsets == nullptr || offsets->size() < width) return false;
+  int64_t first = 0;
+  std::memcpy(&first, offsets->data(), static_cast<size_t>(width));  // little-endian
+  return first == 0;
+}
+
 // A zero-length array is handed on at offset 0: it reads nothing at any
 // offset, and Arrow C++'s importer sizes a zero-length array's buffers as
 // empty, then refuses a view array whose offset points past them.
@@ -531,8 +542,9 @@ Status ExportArrayMember(const ArrayDataPtr& data, const ColumnPath& path,
     buffers[index] = buffer ? buffer->data() : nullptr;
   }
   const DataType& storage = StorageType(type);
-  if (options.host_readable && OffsetWidthOfVariableLength(storage.id) != 0 &&
-      buffers[1] == nullptr && data->length == 0) {
+  const int offset_width = OffsetWidthOfVariableLength(storage.id);
+  if (options.host_readable && offset_width != 0 && data->length == 0 &&
+      !StartsAtZeroOffset(*data, offset_width)) {
     buffers[1] = kZeroOffsets;
   }
   if (is_view) {

@@ -181,7 +181,8 @@ void ExpectSameAddresses(const ArrayData& original, const ArrayData& imported,
                          const std::string& path) {
   ASSERT_EQ(original.buffers.size(), imported.buffers.size()) << path;
   for (size_t i = 0; i < original.buffers.size(); ++i) {
-    if (original.buffers[i] == nullptr) continue;  // export may substitute a static empty offset
+    // Export substitutes a static zero for the offsets of a zero-length array.
+    if (original.buffers[i] == nullptr || (original.length == 0 && i == 1)) continue;
     ASSERT_NE(imported.buffers[i], nullptr) << path << " buffer " << i;
     EXPECT_EQ(original.buffers[i]->data(), imported.buffers[i]->data()) << path << " buffer " << i;
   }
@@ -435,6 +436,17 @@ TEST_F(BridgeTest, ZeroLengthSlicesAreExportedAtOffsetZero) {
     ASSERT_OK(imported.status());
     EXPECT_TRUE(ValidateFull(**imported).ok());
   }
+  // A zero-length string slice goes out with a zero offset entry, whatever
+  // its own offsets buffer holds at index 0 (Arrow C++ reads it).
+  auto strings = Utf8s({"a", "b", "c"});
+  auto negative = std::make_shared<ArrayData>(*strings);
+  negative->buffers[1] = ValuesBuffer<int32_t>({-1, 1, 2, 3});
+  ArrowArray c_strings;
+  ASSERT_OK(ExportArray(Slice(negative, 2, 0), &c_strings));
+  EXPECT_EQ(c_strings.offset, 0);
+  EXPECT_EQ(*static_cast<const int32_t*>(c_strings.buffers[1]), 0);
+  c_strings.release(&c_strings);
+
   auto column = MakeData(struct_({field("a", int32())}), 0, {nullptr}, 0, {Int32s({1, 2})});
   ArrowArray c_array;
   ASSERT_OK(ExportArray(Slice(column, 2, 0), &c_array));

@@ -514,7 +514,7 @@ class ArrayValidator {
   // is a value; then its first and last entries bound every other read.
   template <typename Offset>
   Status CheckOffsetEndpoints(size_t index, int64_t limit, const char* limit_text) const {
-    if (data_.length == 0) return Status::OK();
+    if (data_.length == 0) return CheckEmptyArrayOffset<Offset>(index);
     if (end_ == std::numeric_limits<int64_t>::max()) {
       return Invalid(
           "offsets buffer would need offset + length + 1 entries, which overflows "
@@ -535,6 +535,27 @@ class ArrayValidator {
     if (last > limit) {
       return Invalid("last offset exceeds the ", limit_text, ": offsets[", end_, "]=", last, " > ",
                      limit);
+    }
+    return Status::OK();
+  }
+
+  // A zero-length array needs no offsets, but where its offsets buffer
+  // holds the entry at its offset, Arrow C++ reads that entry and holds it
+  // to be non-negative.
+  template <typename Offset>
+  Status CheckEmptyArrayOffset(size_t index) const {
+    if (level_ == Level::kLayout || end_ == std::numeric_limits<int64_t>::max()) {
+      return Status::OK();
+    }
+    int64_t required = 0;
+    if (__builtin_mul_overflow(end_ + 1, static_cast<int64_t>(sizeof(Offset)), &required) ||
+        BufferSize(data_, index) < required) {
+      return Status::OK();
+    }
+    const auto first = LoadAt<Offset>(BufferData(data_, index), data_.offset);
+    if (first < 0) {
+      return Invalid("offsets must be non-negative, also in a zero-length array: offsets[",
+                     data_.offset, "]=", first);
     }
     return Status::OK();
   }
@@ -845,10 +866,11 @@ class ArrayValidator {
   }
 
   // Runs after CheckOffsetsMonotonic, so every value range lies in the data
-  // buffer. Without nulls the whole range is checked in one pass, plus a check
-  // that no value starts inside a character; that holds exactly when every
-  // value is valid on its own. Otherwise (nulls, whose bytes are
-  // unspecified, or an error to locate) values are checked one by one.
+  // buffer. The whole range is checked in one pass, plus a check that no
+  // value (null or not) starts inside a character; the slots partition the
+  // range, so that holds exactly when every value is valid on its own. Only
+  // when it fails (an error to locate, or bad bytes under a null, whose
+  // bytes are unspecified) are values checked one by one.
   template <typename Offset>
   Status CheckUtf8Values() const {
     if (data_.length == 0) return Status::OK();
@@ -856,8 +878,7 @@ class ArrayValidator {
     const uint8_t* bytes = BufferData(data_, 2);
     const int64_t first = LoadAt<Offset>(offsets, data_.offset);
     const int64_t last = LoadAt<Offset>(offsets, end_);
-    if (CountNullsIn(data_, 0, data_.length) == 0 &&
-        CheckUtf8(bytes + first, last - first).error == Utf8Error::kNone) {
+    if (CheckUtf8(bytes + first, last - first).error == Utf8Error::kNone) {
       bool boundaries_ok = true;
       for (int64_t position = data_.offset; position < end_; ++position) {
         const int64_t start = LoadAt<Offset>(offsets, position);
@@ -1075,21 +1096,16 @@ class ArrayValidator {
   Status CheckIndices() const {
     const uint8_t* indices = BufferData(data_, 1);
     const uint64_t dictionary_length = static_cast<uint64_t>(data_.dictionary->length);
-    for (int64_t position = data_.offset; position < end_ && data_.length > 0; ++position) {
-      if (!SlotIsValid(position)) continue;
-      const Index index = LoadAt<Index>(indices, position);
-      bool out_of_range = false;
-      if constexpr (std::is_signed_v<Index>) {
-        out_of_range = index < 0 || static_cast<uint64_t>(index) >= dictionary_length;
-      } else {
-        out_of_range = static_cast<uint64_t>(index) >= dictionary_length;
-      }
-      if (out_of_range) {
-        return Invalid("dictionary indices must be in [0, dictionary length): indices[", position,
-                       "]=", Printable(index), " with dictionary length ", dictionary_length);
-      }
-    }
-    return Status::OK();
+    // A negative index read as unsigned is out of range as well.
+    return CheckValidSlots(
+        [&](int64_t position) {
+          return static_cast<uint64_t>(LoadAt<Index>(indices, position)) < dictionary_length;
+        },
+        [&](int64_t position) {
+          return Invalid("dictionary indices must be in [0, dictionary length): indices[", position,
+                         "]=", Printable(LoadAt<Index>(indices, position)),
+                         " with dictionary length ", dictionary_length);
+        });
   }
 
   // As Arrow C++ (which refuses such a map even on import): the entries

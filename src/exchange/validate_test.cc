@@ -1257,6 +1257,22 @@ TEST(ValidateStructuralTest, ZeroLengthViewsAtAnOffsetNeedTheirViews) {
   }
 }
 
+TEST(ValidateStructuralTest, ZeroLengthArraysMustNotStartAtANegativeOffsetValue) {
+  // Arrow C++ reads the entry at the offset even when the length is 0.
+  auto strings = Make(utf8(), 0, {nullptr, Values<int32_t>({-1, 11, 3, 3}), Bytes("")});
+  strings->offset = 3;
+  EXPECT_TRUE(BothOk(*strings));
+  strings->offset = 0;
+  EXPECT_TRUE(BothFail(*strings,
+                       "offsets must be non-negative, also in a zero-length array: offsets[0]=-1"));
+  auto lists = ListOf(large_list(field("item", int32())), {0}, Int32s({}));
+  lists->buffers[1] = Values<int64_t>({std::numeric_limits<int64_t>::min()});
+  EXPECT_TRUE(BothFail(*lists, "offsets[0]=-9223372036854775808"));
+  // Without the entry (an absent or short buffer) there is nothing to read.
+  strings->buffers[1] = nullptr;
+  EXPECT_TRUE(BothOk(*strings));
+}
+
 TEST(ValidateFullTest, ZeroLengthRunEndEncodedMustBeCoveredAtItsOffset) {
   auto type = run_end_encoded(int32(), int32());
   auto data = Make(type, 0, {}, {Int32s({5}), Int32s({1})});
