@@ -442,6 +442,11 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.server_cmd->add_option("--threads", so.threads, "HTTP worker threads (default 8)")
       ->check(CLI::Range(1, 1024));
   s.server_cmd
+      ->add_option("--metrics-refresh-ms", so.metrics_refresh_ms,
+                   "Count the /metrics job and node gauges this often (default 5000; 0: at "
+                   "every scrape)")
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+  s.server_cmd
       ->add_option("--log-format", so.log_format,
                    "text (default) or json: JSON lines, one per request too, with X-Request-Id")
       ->check(CLI::IsMember({"text", "json"}));
