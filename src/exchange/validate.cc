@@ -748,7 +748,6 @@ class ArrayValidator {
       case TypeId::kDictionary:
         return CheckDictionaryIndices();
       case TypeId::kDecimal32:
-        return CheckDecimals<1>();
       case TypeId::kDecimal64:
         return CheckDecimals<1>();
       case TypeId::kDecimal128:

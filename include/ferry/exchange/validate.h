@@ -24,9 +24,10 @@
 // null_count == length; unions (type_ids[, offsets]) and run-end encoded
 // arrays (no buffers) have no validity bitmap and null_count 0. View arrays
 // have validity, views, then any number of data buffers (no sizes buffer).
-// Nesting deeper than 128 levels is refused. Not checked: decimal values
-// within their precision, nulls in non-nullable fields other than map
-// entries and keys, and the order of dense-union offsets.
+// Nesting deeper than 128 levels is refused. Not checked: nulls in
+// non-nullable fields other than map entries and keys. Full validation
+// covers every rule of Arrow C++'s ValidateFull (docs/exchange.md lists them
+// and where Ferry is stricter).
 #pragma once
 
 #include "ferry/base/status.h"
@@ -45,8 +46,10 @@ Status ValidateStructural(const ArrayData& data, const std::string& path = "");
 // dictionary indices within the dictionary, run ends positive and strictly
 // increasing and covering offset+length, view lengths / inline bytes /
 // buffer indices / offsets in range (and view prefixes matching the data),
-// list-view offsets+sizes in range, map keys non-null, and a known
-// null_count equal to the bitmap's count. O(values).
+// list-view offsets+sizes in range, map entries and keys non-null (whole
+// children), decimals within their precision, time32/time64 within a day,
+// date64 whole days, dense-union offsets non-decreasing per child, and a
+// known null_count equal to the bitmap's count. O(values).
 Status ValidateFull(const ArrayData& data, const std::string& path = "");
 
 Status ValidateStructural(const RecordBatch& batch);
