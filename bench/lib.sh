@@ -40,6 +40,17 @@ bench_build_tree() {
   cmake --build "$build_dir" --target "$@" -j "$jobs" >/dev/null
 }
 
+# bench_fleet_tools: results (bench/results, created), ferry and bench (the
+# ferry binary and ferry_fleet_bench) from FLEET_BENCH_BUILD or build/bench.
+bench_fleet_tools() {
+  results=$root/bench/results
+  mkdir -p "$results"
+  bench_build_tree "${FLEET_BENCH_BUILD:-}" ferry ferry_fleet_bench
+  ferry=$build_dir/bin/ferry
+  bench=$build_dir/bench/fleet/ferry_fleet_bench
+  [ -x "$ferry" ] && [ -x "$bench" ] || { echo "bench: $ferry or $bench missing" >&2; exit 1; }
+}
+
 # bench_machine FILE: the machine notes the reports read (cpu=, cores=,
 # load_before=).
 bench_machine() {

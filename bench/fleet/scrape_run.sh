@@ -14,13 +14,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/../lib.sh"
-results=$root/bench/results
-mkdir -p "$results"
-
-bench_build_tree "${FLEET_BENCH_BUILD:-}" ferry ferry_fleet_bench
-ferry=$build_dir/bin/ferry
-bench=$build_dir/bench/fleet/ferry_fleet_bench
-[ -x "$ferry" ] && [ -x "$bench" ] || { echo "bench: $ferry or $bench missing" >&2; exit 1; }
+bench_fleet_tools
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
   nodes=1000; preload=8000; submissions=2000

@@ -164,6 +164,9 @@ class FleetServer {
   std::optional<int64_t> IntParam(Call& c, const std::string& name, int64_t fallback, int64_t min,
                                   int64_t max);
   bool OnlyParams(Call& c, std::initializer_list<std::string_view> allowed);
+  // The `state` query parameter (repeatable, comma-separated, any case) into
+  // `states` without repeats; sends 400 and returns false on an unknown state.
+  bool StateParams(Call& c, std::vector<JobState>* states);
   // Reads the JSON body and parses it with `parse`, one of request_bodies.h's
   // parsers; a body that breaks its rules is answered 422.
   template <typename Parse>

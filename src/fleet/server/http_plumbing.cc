@@ -178,6 +178,31 @@ bool FleetServer::OnlyParams(Call& c, std::initializer_list<std::string_view> al
   return true;
 }
 
+bool FleetServer::StateParams(Call& c, std::vector<JobState>* states) {
+  const size_t count = c.ParamCount("state");
+  for (size_t i = 0; i < count; ++i) {
+    const std::string value = c.Param("state", i);
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t end = value.find(',', start);
+      if (end == std::string::npos) end = value.size();
+      std::string word = value.substr(start, end - start);
+      std::transform(word.begin(), word.end(), word.begin(),
+                     [](unsigned char ch) { return std::toupper(ch); });
+      std::optional<JobState> state = ParseJobState(word);
+      if (!state) {
+        SendProblem(c, 400, "bad-request", "state: unknown job state '" + word + "'");
+        return false;
+      }
+      if (std::find(states->begin(), states->end(), *state) == states->end()) {
+        states->push_back(*state);
+      }
+      start = end + 1;
+    }
+  }
+  return true;
+}
+
 std::optional<Principal> FleetServer::Authenticate(Call& c) {
   auto unauthorized = [&](const std::string& detail) {
     c.res.set_header("WWW-Authenticate", "Bearer");

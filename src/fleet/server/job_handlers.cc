@@ -152,26 +152,7 @@ json FleetServer::Explanation(const Job& job) {
 void FleetServer::ListJobs(Call& c) {
   if (!OnlyParams(c, {"state", "user", "team", "label", "page_size", "page_token"})) return;
   JobFilter filter;
-  const size_t state_count = c.ParamCount("state");
-  for (size_t i = 0; i < state_count; ++i) {
-    const std::string value = c.Param("state", i);
-    size_t start = 0;
-    while (start <= value.size()) {
-      size_t end = value.find(',', start);
-      if (end == std::string::npos) end = value.size();
-      std::string word = value.substr(start, end - start);
-      std::transform(word.begin(), word.end(), word.begin(),
-                     [](unsigned char ch) { return std::toupper(ch); });
-      std::optional<JobState> state = ParseJobState(word);
-      if (!state) {
-        return SendProblem(c, 400, "bad-request", "state: unknown job state '" + word + "'");
-      }
-      if (std::find(filter.states.begin(), filter.states.end(), *state) == filter.states.end()) {
-        filter.states.push_back(*state);
-      }
-      start = end + 1;
-    }
-  }
+  if (!StateParams(c, &filter.states)) return;
   if (!AtMostOnce(c, "user") || !AtMostOnce(c, "team")) return;
   filter.user = c.Param("user");
   filter.team = c.Param("team");

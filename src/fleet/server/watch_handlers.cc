@@ -34,25 +34,7 @@ void FleetServer::WatchJobs(Call& c) {
   if (!OnlyParams(c, {"since", "timeout_s", "state", "team", "limit"})) return;
   WatchQuery query;
   query.scope = ScopeOf(c.principal);
-  const size_t state_count = c.ParamCount("state");
-  for (size_t i = 0; i < state_count; ++i) {
-    const std::string value = c.Param("state", i);
-    size_t start = 0;
-    while (start <= value.size()) {
-      size_t end = value.find(',', start);
-      if (end == std::string::npos) end = value.size();
-      std::string word = value.substr(start, end - start);
-      std::transform(word.begin(), word.end(), word.begin(),
-                     [](unsigned char ch) { return std::toupper(ch); });
-      std::optional<JobState> state = ParseJobState(word);
-      if (!state) {
-        return SendProblem(c, 400, "bad-request", "state: unknown job state '" + word + "'");
-      }
-      auto& states = query.filter.states;
-      if (std::find(states.begin(), states.end(), *state) == states.end()) states.push_back(*state);
-      start = end + 1;
-    }
-  }
+  if (!StateParams(c, &query.filter.states)) return;
   if (!AtMostOnce(c, "team")) return;
   query.filter.team = c.Param("team");
   std::optional<int64_t> limit = IntParam(c, "limit", 500, 1, 1000);
