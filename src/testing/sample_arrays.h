@@ -3,7 +3,9 @@
 // built through the generic builder API. Header-only, test-only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,33 @@ inline Status AppendText(ArrayBuilder* builder, std::string_view text) {
   if (auto* large = dynamic_cast<BaseBinaryBuilder<int64_t>*>(builder)) return large->Append(text);
   if (auto* view = dynamic_cast<BinaryViewBuilder*>(builder)) return view->Append(text);
   return Status::TypeError("not a string builder");
+}
+
+// For types whose values full validation range-checks (decimals within
+// their precision, times within a day, date64 whole days): a valid value for
+// `seed`; nullopt for the others, whose every bit pattern is valid.
+inline std::optional<int64_t> ValidSampleValue(const DataType& type, int64_t seed) {
+  const int64_t mixed = (seed * 7919 + 17) & 0x7FFFFFFF;
+  switch (type.id) {
+    case TypeId::kDecimal32:
+    case TypeId::kDecimal64:
+    case TypeId::kDecimal128:
+    case TypeId::kDecimal256: {
+      int64_t limit = 1;
+      for (int32_t d = 0; d < std::min(type.precision, 18); ++d) limit *= 10;
+      const int64_t v = mixed % limit;
+      return seed % 2 == 0 ? v : -v;
+    }
+    case TypeId::kTime32:
+      return mixed % (type.unit == TimeUnit::kSecond ? 86'400 : 86'400'000);
+    case TypeId::kTime64:
+      return mixed * 1'000 %
+             (type.unit == TimeUnit::kMicro ? 86'400'000'000LL : 86'400'000'000'000LL);
+    case TypeId::kDate64:
+      return (mixed % 40'000 - 20'000) * 86'400'000LL;
+    default:
+      return std::nullopt;
+  }
 }
 
 // Appends one value chosen by `seed`; every fifth slot is null where nulls are allowed.
@@ -108,7 +137,15 @@ inline Status AppendSample(ArrayBuilder* builder, int64_t seed, bool allow_null 
       auto* fixed = dynamic_cast<FixedBytesBuilder*>(builder);
       if (fixed == nullptr) return Status::TypeError("no sample for " + type.ToString());
       std::vector<uint8_t> bytes(static_cast<size_t>(fixed->byte_width()));
-      for (size_t j = 0; j < bytes.size(); ++j) bytes[j] = static_cast<uint8_t>(seed * 31 + j);
+      if (std::optional<int64_t> value = ValidSampleValue(type, seed)) {
+        // A value full validation accepts, little-endian, sign-extended.
+        for (size_t j = 0; j < bytes.size(); ++j) {
+          bytes[j] = j < 8 ? static_cast<uint8_t>(static_cast<uint64_t>(*value) >> (8 * j))
+                           : (*value < 0 ? 0xFF : 0x00);
+        }
+      } else {
+        for (size_t j = 0; j < bytes.size(); ++j) bytes[j] = static_cast<uint8_t>(seed * 31 + j);
+      }
       return fixed->AppendBytes(bytes.data());
     }
   }
