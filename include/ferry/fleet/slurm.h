@@ -34,7 +34,7 @@ struct ApiVersion {
   // is a list of "K=V" strings.
   bool data_parser() const { return number >= 40; }
   bool operator==(const ApiVersion&) const = default;
-  auto operator<=>(const ApiVersion&) const = default;
+  bool operator<(const ApiVersion& other) const { return number < other.number; }
 };
 
 // The versions this client can talk, oldest first.

@@ -51,11 +51,14 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   // Everything the child needs is built before fork: after it only
   // async-signal-safe calls are allowed.
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   std::vector<std::string> env_strings;
+  env_strings.reserve(environment.size());
   for (const auto& [key, value] : environment) env_strings.push_back(key + "=" + value);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
 

@@ -251,7 +251,7 @@ SubmitRequest Gang() {
   request.gpus_per_node = 4;
   request.gpu_type = "h200";
   request.time_limit_minutes = 30;
-  request.working_dir = "/work";
+  request.working_dir = "/srv/job";
   request.stdout_path = "/logs/%j.out";
   request.environment = {{"FERRY_JOB_ID", "42"}, {"PATH", "/usr/bin:/bin"}};
   request.script = "#!/bin/sh\nexec train\n";
@@ -287,7 +287,7 @@ TEST(SlurmRequests, SbatchArguments) {
   for (const char* want :
        {"--parsable", "--export=ALL", "--job-name=ferry:42:1", "--comment=ferry:42:1",
         "--partition=gpu", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=h200:4",
-        "--time=30", "--chdir=/work", "--output=/logs/%j.out", "--no-requeue"}) {
+        "--time=30", "--chdir=/srv/job", "--output=/logs/%j.out", "--no-requeue"}) {
     EXPECT_NE(std::find(args.begin(), args.end(), want), args.end()) << want;
   }
 }
