@@ -471,6 +471,14 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                    "Open /v1/jobs:watch event streams at most (default 1000; beyond: 503)")
       ->check(CLI::Range(0, 100'000));
   s.server_cmd
+      ->add_option("--webhook-retry-base-ms", so.webhook_retry_base_ms,
+                   "First webhook retry delay, doubling after (default 2000; at most 10 min)")
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
+  s.server_cmd
+      ->add_option("--webhook-max-attempts", so.webhook_max_attempts,
+                   "Attempts per webhook delivery before it fails (default 12)")
+      ->check(CLI::Range(1, 100));
+  s.server_cmd
       ->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body (default 1 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   s.server_cmd

@@ -186,6 +186,9 @@ struct Gpu {
   int64_t memory_mb = 0;
   std::string uuid;               // NVML uuid or "<node>-gpu<index>"
   std::optional<int64_t> job_id;  // the job holding an open allocation on it
+  // That job's tenant: the API shows job_id only to its tenant and to
+  // platform admins (others see the GPU as allocated, not by what).
+  std::optional<int64_t> job_tenant_id;
 };
 
 // GPU models compare case-insensitively ("h100" is "H100"). Every comparison

@@ -39,6 +39,11 @@ struct ServerOptions {
   // Open watch streams (GET /v1/jobs:watch as server-sent events); they
   // hold no worker thread. Beyond it a stream is answered 503.
   int max_watch_streams = 1000;
+  // Webhooks (docs/fleet-api.md#webhooks): the first retry waits this long,
+  // each later one twice as long (at most 10 minutes); after
+  // webhook_max_attempts attempts a delivery fails for good.
+  int64_t webhook_retry_base_ms = 2'000;
+  int webhook_max_attempts = 12;
   int max_page_size = 500;
   int default_page_size = 50;
   // Scheduler policies, pools, quotas and providers (YAML, docs/fleet-config.md).

@@ -100,6 +100,55 @@ struct WatchedEvent {
   int64_t job_created_ms = 0;  // when the job was submitted
 };
 
+// ---- Webhooks (docs/fleet-api.md#webhooks): job state changes POSTed,
+// signed with the webhook's secret, to a URL of the tenant's.
+struct Webhook {
+  int64_t id = 0;
+  std::optional<int64_t> tenant_id;  // nullopt: every tenant (platform admins only)
+  std::string tenant;                // its name, "" for every tenant
+  std::string url;
+  std::string secret;             // the HMAC-SHA256 key
+  std::optional<int64_t> job_id;  // set: that job's events only
+  std::vector<JobState> states;   // the job states it is told about
+  std::string description;
+  int64_t created_by = 0;  // user id
+  std::string creator;     // user name
+  int64_t created_at_ms = 0;
+  int64_t after_event_id = 0;  // events up to this one (its creation) are not sent
+};
+
+struct WebhookDelivery {
+  enum class Status { kPending, kDelivered, kFailed };
+  int64_t id = 0;
+  int64_t webhook_id = 0;
+  int64_t event_id = 0;
+  int64_t job_id = 0;
+  std::string body;  // the JSON sent, the same on every attempt
+  Status status = Status::kPending;
+  int attempts = 0;
+  int64_t next_attempt_at_ms = 0;
+  int last_status_code = 0;  // of the last attempt; 0 when it got no answer
+  std::string last_error;
+  int64_t created_at_ms = 0;
+  int64_t finished_at_ms = 0;  // delivered or given up
+  // With DueWebhookDeliveries: where and how to send it.
+  std::string url;
+  std::string secret;
+};
+
+std::string_view ToString(WebhookDelivery::Status status);
+
+// One attempt at a delivery, as the dispatcher saw it.
+struct WebhookAttempt {
+  int64_t delivery_id = 0;
+  bool delivered = false;
+  bool give_up = false;  // not delivered and no attempt left: failed for good
+  int status_code = 0;
+  std::string error;
+  int64_t next_attempt_at_ms = 0;  // when not delivered and not given up
+  int64_t at_ms = 0;
+};
+
 // How many jobs are in one state with one reason, per tenant and team (the
 // metrics endpoint's job gauges).
 struct JobCount {
@@ -108,6 +157,18 @@ struct JobCount {
   std::string tenant;
   std::string team;
   int64_t jobs = 0;
+};
+
+// Jobs holding open allocations and the GPUs they hold, by the pool of the
+// nodes holding them (a gang across pools counts in each), the job's state,
+// tenant and team.
+struct AllocationCount {
+  std::string pool;
+  std::string state;  // ToString(JobState)
+  std::string tenant;
+  std::string team;
+  int64_t jobs = 0;
+  int64_t gpus = 0;
 };
 
 // Newest first (id descending). `next_before_id` is set when more jobs match.
@@ -274,6 +335,8 @@ class Store {
                                    std::optional<int64_t> before_id, int limit) = 0;
   // Every job counted by (state, reason, tenant, team), in that order.
   virtual Result<std::vector<JobCount>> CountJobs() = 0;
+  // Open allocations counted by (pool, state, tenant, team), in that order.
+  virtual Result<std::vector<AllocationCount>> CountAllocations() = 0;
   virtual Result<CancelOutcome> CancelJob(const Scope& scope, int64_t job_id,
                                           const std::string& actor, int64_t now_ms) = 0;
   // Events with id > after_id, oldest first. nullopt when the job is not in scope.
@@ -288,10 +351,49 @@ class Store {
                                                             int limit) = 0;
   // The id of the newest event of any job; 0 when there is none.
   virtual Result<int64_t> LatestEventId() = 0;
+  // Where concurrent writers stand, for readers that follow event ids (the
+  // watch stream). On PostgreSQL an event takes its id from a sequence when
+  // inserted and becomes visible when its transaction commits, so a reader
+  // can see id 11 while id 10 is still uncommitted. Take a horizon after a
+  // read: once a later horizon's `oldest_running` reaches its `next`, every
+  // transaction running at that read has ended, and an id still missing
+  // below what the read saw belongs to a transaction that rolled back.
+  // nullopt on stores whose events become visible in id order (SQLite).
+  struct WriteHorizon {
+    int64_t oldest_running = 0;  // the oldest transaction id still running
+    int64_t next = 0;            // the next transaction id to be assigned
+  };
+  virtual Result<std::optional<WriteHorizon>> EventWriteHorizon() = 0;
   // Drops idempotency records older than now_ms - ttl_ms; returns how many.
   virtual Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) = 0;
   // RUNNING (or ADMITTED) jobs past max_runtime_seconds become TIMEOUT; returns their ids.
   virtual Result<std::vector<int64_t>> ExpireRuntimes(int64_t now_ms) = 0;
+
+  // ---- Webhooks. The secret is the caller's; after_event_id is set to the
+  // newest event. Fails (kInvalid) on an empty url or state list.
+  virtual Result<Webhook> CreateWebhook(const Webhook& hook, int64_t now_ms) = 0;
+  // Live webhooks in scope, oldest first: a tenant's own; every one for Scope::All().
+  virtual Result<std::vector<Webhook>> ListWebhooks(const Scope& scope) = 0;
+  virtual Result<std::optional<Webhook>> GetWebhook(const Scope& scope, int64_t id) = 0;
+  // Deletes it and gives up its pending deliveries; false when not in scope.
+  virtual Result<bool> DeleteWebhook(const Scope& scope, int64_t id, int64_t now_ms) = 0;
+  // Turns the job events after the store's webhook cursor, up to `up_to`
+  // (an event id every lower one of which is committed or never will be),
+  // into one pending delivery per matching live webhook (its tenant, its
+  // states, newer than the webhook), with `render` giving each body, and
+  // moves the cursor, in one transaction: every event is considered once.
+  // At most `limit` events per call; returns how many deliveries it made.
+  virtual Result<int64_t> EnqueueWebhookDeliveries(
+      int64_t up_to, int limit, int64_t now_ms,
+      const std::function<std::string(const Webhook&, const WatchedEvent&)>& render) = 0;
+  // Pending deliveries due at now_ms, oldest due first, with url and secret.
+  virtual Result<std::vector<WebhookDelivery>> DueWebhookDeliveries(int64_t now_ms, int limit) = 0;
+  // Records one attempt; a delivery no longer pending (its webhook was
+  // deleted) stays as it is.
+  virtual Status RecordWebhookAttempt(const WebhookAttempt& attempt) = 0;
+  // The webhook's deliveries, newest first; nullopt when it is not in scope.
+  virtual Result<std::optional<std::vector<WebhookDelivery>>> ListWebhookDeliveries(
+      const Scope& scope, int64_t webhook_id, int limit) = 0;
 
   // ---- Logs (appended by agents, read by users).
   virtual Status AppendLog(int64_t job_id, int attempt, int task, const std::string& stream,

@@ -391,6 +391,7 @@ json ToJson(const Node& node) {
                     {"model", gpu.model},
                     {"memory_mb", gpu.memory_mb},
                     {"uuid", gpu.uuid},
+                    {"allocated", gpu.job_id.has_value() || gpu.job_tenant_id.has_value()},
                     {"job_id", gpu.job_id ? json(*gpu.job_id) : json(nullptr)}});
   }
   return {{"name", node.name},

@@ -13,6 +13,7 @@
 //   node_handlers.cc      /v1/nodes, /v1/pools, /v1/gpus
 //   user_handlers.cc      /v1/whoami, /v1/admin/users...
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
+//   webhook_handlers.cc   /v1/webhooks... (webhooks.h delivers them)
 //   scheduler_handler.cc  /v1/scheduler
 //   metrics_handler.cc    /metrics (server_metrics.h)
 //   openapi_handler.cc    /v1/openapi.json (openapi.h, openapi.json)
@@ -24,7 +25,8 @@
 // scheduler thread runs passes of the scheduling core (sched.h) on a timer
 // and when woken; the provisioning controller's thread talks to the cloud
 // providers; one maintenance thread expires leases and runtimes, reloads the
-// scheduler config and purges keys; the calling thread waits for the stop
+// scheduler config and purges keys; the webhook dispatcher's thread sends
+// webhooks; the calling thread waits for the stop
 // request and then tears everything down in order. Internal to src/fleet/server.
 #pragma once
 
@@ -63,6 +65,7 @@
 #include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_metrics.h"
 #include "fleet/server/watch_hub.h"
+#include "fleet/server/webhooks.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -237,6 +240,15 @@ class FleetServer {
   void AgentRegister(Call& c);
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
+  void CreateWebhook(Call& c);
+  void ListWebhooks(Call& c);
+  void GetWebhook(Call& c);
+  void DeleteWebhook(Call& c);
+  void ListWebhookDeliveries(Call& c);
+  // The id in the path; answers 404 itself when it is not one.
+  std::optional<int64_t> WebhookIdFrom(Call& c);
+  // What a webhook is sent for one job event (docs/fleet-api.md#webhooks).
+  static std::string WebhookBody(const Webhook& hook, const WatchedEvent& event);
   void GetScheduler(Call& c);
   void GetMetrics(Call& c);
   void GetOpenApi(Call& c);
@@ -388,6 +400,8 @@ class FleetServer {
 
   // Last, so that it stops (and its thread ends) before anything it uses goes.
   WatchHub watch_;
+  // After the hub: it asks the hub for the settled head.
+  std::unique_ptr<WebhookDispatcher> webhooks_;
 };
 
 }  // namespace ferry::fleet::server_internal

@@ -7,12 +7,28 @@ namespace ferry::fleet::server_internal {
 
 using nlohmann::json;
 
+namespace {
+
+// Which job holds a GPU is the business of that job's tenant and of platform
+// admins; everyone else sees that the GPU is allocated, not by what.
+void HideForeignJobs(const Principal& viewer, Node& node) {
+  if (viewer.role == Role::kPlatformAdmin) return;
+  for (Gpu& gpu : node.gpus) {
+    if (gpu.job_id && gpu.job_tenant_id != viewer.tenant_id) gpu.job_id.reset();
+  }
+}
+
+}  // namespace
+
 void FleetServer::ListNodes(Call& c) {
   if (!OnlyParams(c, {})) return;
   Result<std::vector<Node>> nodes = store_->ListNodes();
   if (!nodes.ok()) return SendStoreError(c, nodes.status());
   json list = json::array();
-  for (const Node& node : *nodes) list.push_back(ToJson(node));
+  for (Node& node : *nodes) {
+    HideForeignJobs(c.principal, node);
+    list.push_back(ToJson(node));
+  }
   SendJson(c, 200, {{"nodes", std::move(list)}});
 }
 
@@ -21,6 +37,7 @@ void FleetServer::GetNode(Call& c) {
   Result<std::optional<Node>> node = store_->GetNode(c.captures.at(0));
   if (!node.ok()) return SendStoreError(c, node.status());
   if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + c.captures.at(0));
+  HideForeignJobs(c.principal, **node);
   SendJson(c, 200, ToJson(**node));
 }
 
@@ -35,6 +52,7 @@ void FleetServer::SetDrain(Call& c, bool drain) {
   Result<std::optional<Node>> node = store_->GetNode(name);
   if (!node.ok()) return SendStoreError(c, node.status());
   if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + name);
+  HideForeignJobs(c.principal, **node);
   SendJson(c, 200, ToJson(**node));
 }
 
@@ -52,14 +70,12 @@ void FleetServer::ListGpus(Call& c) {
   Result<std::vector<Node>> nodes = store_->ListNodes();
   if (!nodes.ok()) return SendStoreError(c, nodes.status());
   json list = json::array();
-  for (const Node& node : *nodes) {
-    for (const Gpu& gpu : node.gpus) {
-      list.push_back({{"node", node.name},
-                      {"index", gpu.index},
-                      {"model", gpu.model},
-                      {"memory_mb", gpu.memory_mb},
-                      {"uuid", gpu.uuid},
-                      {"job_id", gpu.job_id ? json(*gpu.job_id) : json(nullptr)}});
+  for (Node& node : *nodes) {
+    HideForeignJobs(c.principal, node);
+    json rendered = ToJson(node);
+    for (json& gpu : rendered["gpus"]) {
+      gpu["node"] = node.name;
+      list.push_back(std::move(gpu));
     }
   }
   SendJson(c, 200, {{"gpus", std::move(list)}});

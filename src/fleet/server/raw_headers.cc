@@ -302,12 +302,17 @@ class HeaderKeeping : public Base, public KeepAliveYield {
 
   bool Serve(HeadKeepingStream& stream) {
     bool ok = false;
-    for (size_t left = this->keep_alive_max_count_; left > 0; --left) {
+    for (size_t left = this->keep_alive_max_count_, served = 0; left > 0; --left, ++served) {
       if (!NextRequestArrives(stream)) break;
       bool closed = false;
       t_taker = nullptr;
       stream.BeginRequest();
-      ok = this->process_request(stream, left == 1, closed, [&](httplib::Request& req) {
+      // A busy client never lets its connection go idle: while connections
+      // wait for a worker, it gets this answer with "Connection: close" and
+      // queues behind them when it reconnects (one request served first, so
+      // every connection moves).
+      const bool last = left == 1 || (served > 0 && OthersWaiting());
+      ok = this->process_request(stream, last, closed, [&](httplib::Request& req) {
         req.headers.erase(kEmptyHeaders);
         std::string names;
         for (const std::string& name : EmptyHeaderNames(stream.head())) {

@@ -62,7 +62,9 @@ void TakeConnectionAfterResponse(std::function<void(std::unique_ptr<TakenConnect
 // While `others_waiting()` is true (connections wait for a worker), a
 // kept-alive connection idle for 10 ms gives its worker up (it is closed)
 // instead of holding it for the keep-alive timeout: slow or idle clients
-// cannot starve new connections of workers. `server` comes from
+// cannot starve new connections of workers; a busy one (requests back to
+// back) gets its next answer with Connection: close and reconnects behind
+// the waiting ones. `server` comes from
 // MakeHeaderKeepingServer or MakeHeaderKeepingTlsServer; call before listening.
 void SetKeepAliveYield(httplib::Server& server, std::function<bool()> others_waiting);
 // A pool of `threads` workers (httplib's ThreadPool) that keeps in *waiting

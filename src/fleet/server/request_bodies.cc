@@ -8,6 +8,7 @@
 
 #include "ferry/fleet/model_json.h"
 #include "fleet/server/request_parsing.h"
+#include "fleet/server/webhooks.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -125,6 +126,13 @@ class FieldReader {
     }
     if (!ok) return std::nullopt;
     return out;
+  }
+
+  std::optional<bool> Bool(const char* key) {
+    const json* value = Member(key, false);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) return Fail(key, "must be true or false"), std::nullopt;
+    return value->get<bool>();
   }
 
   const json* Array(const char* key, size_t max_items) {
@@ -315,6 +323,40 @@ std::optional<RevokeUserRequest> ParseRevokeUserRequest(const json& body,
                                         out.tenant = reader.Name("tenant", true).value_or("");
                                         out.name = reader.Name("name", true).value_or("");
                                       });
+}
+
+std::optional<CreateWebhookRequest> ParseCreateWebhookRequest(const json& body,
+                                                              std::vector<FieldError>* errors) {
+  return ParseBody<CreateWebhookRequest>(
+      body, {"url", "states", "description", "all_tenants", "job_id"}, errors,
+      [](FieldReader& reader, CreateWebhookRequest& out) {
+        if (auto url = reader.String("url", true, 1, 2048)) {
+          if (Result<WebhookTarget> target = ParseWebhookUrl(*url); !target.ok()) {
+            reader.Fail("url", target.status().message());
+          }
+          out.url = *url;
+        }
+        if (const json* states = reader.Array("states", 16)) {
+          if (states->empty()) reader.Fail("states", "must name at least one state");
+          for (size_t i = 0; i < states->size(); ++i) {
+            const json& item = (*states)[i];
+            std::optional<JobState> state =
+                item.is_string() ? ParseJobState(item.get<std::string>()) : std::nullopt;
+            if (!state) {
+              reader.Fail("states[" + std::to_string(i) + "]", "must be a job state");
+            } else if (std::find(out.states.begin(), out.states.end(), *state) ==
+                       out.states.end()) {
+              out.states.push_back(*state);
+            }
+          }
+        } else if (reader.Member("states", false) == nullptr) {
+          out.states = {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled,
+                        JobState::kTimeout};
+        }
+        out.description = reader.String("description", false, 0, 200).value_or("");
+        out.all_tenants = reader.Bool("all_tenants").value_or(false);
+        out.job_id = reader.Int("job_id", false, 1, INT64_MAX);
+      });
 }
 
 std::optional<std::string> ParseAdvertisedAddress(const json& body,

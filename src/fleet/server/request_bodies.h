@@ -39,6 +39,15 @@ struct UserRef {
 };
 using RevokeUserRequest = UserRef;
 
+// POST /v1/webhooks.
+struct CreateWebhookRequest {
+  std::string url;
+  std::vector<JobState> states;  // default: the terminal states
+  std::string description;
+  bool all_tenants = false;       // platform admins only (the handler checks)
+  std::optional<int64_t> job_id;  // one job's events (the handler checks it is visible)
+};
+
 // Each returns nullopt and fills `errors` when the body breaks a rule.
 // `now_ms` fills report times the agent left out.
 std::optional<NodeRegistration> ParseNodeRegistration(const nlohmann::json& body,
@@ -57,5 +66,7 @@ std::optional<CreateUserRequest> ParseCreateUserRequest(const nlohmann::json& bo
                                                         std::vector<FieldError>* errors);
 std::optional<RevokeUserRequest> ParseRevokeUserRequest(const nlohmann::json& body,
                                                         std::vector<FieldError>* errors);
+std::optional<CreateWebhookRequest> ParseCreateWebhookRequest(const nlohmann::json& body,
+                                                              std::vector<FieldError>* errors);
 
 }  // namespace ferry::fleet::server_internal

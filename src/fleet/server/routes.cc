@@ -120,6 +120,12 @@ void FleetServer::InstallRoutes() {
   AddRoute("POST", "/v1/agent/register", Access::kAgent, bind(&FleetServer::AgentRegister));
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
+  AddRoute("POST", "/v1/webhooks", Access::kUser, bind(&FleetServer::CreateWebhook));
+  AddRoute("GET", "/v1/webhooks", Access::kUser, bind(&FleetServer::ListWebhooks));
+  AddRoute("GET", "/v1/webhooks/" + id, Access::kUser, bind(&FleetServer::GetWebhook));
+  AddRoute("DELETE", "/v1/webhooks/" + id, Access::kUser, bind(&FleetServer::DeleteWebhook));
+  AddRoute("GET", "/v1/webhooks/" + id + "/deliveries", Access::kUser,
+           bind(&FleetServer::ListWebhookDeliveries));
   AddRoute("GET", "/v1/scheduler", Access::kAdmin, bind(&FleetServer::GetScheduler));
   // Per-tenant series: platform admins only (docs/fleet-metrics.md).
   AddRoute("GET", "/metrics", Access::kAdmin, bind(&FleetServer::GetMetrics));

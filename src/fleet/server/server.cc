@@ -47,6 +47,13 @@ FleetServer::FleetServer(const ServerOptions& options, std::unique_ptr<httplib::
       max_long_polls_(std::max(1, options.threads - 2)),
       watch_(store_.get(), &metrics_.registry(), WatchOptions(options),
              [this](const std::string& what, const Status& status) { LogError(what, status); }) {
+  WebhookDispatcher::Options hooks;
+  hooks.retry_base_ms = options.webhook_retry_base_ms;
+  hooks.max_attempts = options.webhook_max_attempts;
+  webhooks_ = std::make_unique<WebhookDispatcher>(
+      store_.get(), &metrics_.registry(), hooks, [this] { return watch_.Head(); },
+      &FleetServer::WebhookBody,
+      [this](const std::string& what, const Status& status) { LogError(what, status); });
   core_.scheduler = std::move(scheduler);
   // Valid: the scheduler above was made from it.
   (void)checker_.Configure(core_.scheduler->config());
@@ -167,6 +174,7 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   if (options_.metrics_refresh_ms > 0) metrics_.RefreshStoreGauges(*store_);
   std::thread scheduler([this] { SchedulerLoop(); });
   std::thread maintenance([this] { MaintenanceLoop(); });
+  webhooks_->Start();
   ServerLog().Info("listening on " + std::string(options_.tls_cert_file.empty() ? "" : "https://") +
                    options_.host + ":" + std::to_string(port) + " (store " +
                    std::string(store_->backend()) + ", schema " +
@@ -190,7 +198,8 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   WakeAllNodes();
   WakeLogWaiters();
   WakeScheduler();
-  watch_.Stop();  // long polls return, streams close
+  webhooks_->Stop();  // an attempt in flight finishes (at most its timeouts)
+  watch_.Stop();      // long polls return, streams close
   http_.stop();
   listener.join();
   scheduler.join();
@@ -242,6 +251,12 @@ Status ValidateOptions(const ServerOptions& options) {
   }
   if (options.max_watch_streams < 0 || options.max_watch_streams > 100'000) {
     return Status::Invalid("server: max_watch_streams must be between 0 and 100000");
+  }
+  if (options.webhook_retry_base_ms < 1 || options.webhook_retry_base_ms > 3'600'000) {
+    return Status::Invalid("server: webhook_retry_base_ms must be between 1 and 3600000");
+  }
+  if (options.webhook_max_attempts < 1 || options.webhook_max_attempts > 100) {
+    return Status::Invalid("server: webhook_max_attempts must be between 1 and 100");
   }
   if (options.max_page_size < 1 || options.default_page_size < 1 ||
       options.default_page_size > options.max_page_size) {

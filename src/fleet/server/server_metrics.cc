@@ -330,6 +330,33 @@ std::string ServerMetrics::StoreGauges(Store& store) {
           static_cast<double>(n));
     }
   }
+  Result<std::vector<AllocationCount>> held = store.CountAllocations();
+  if (!held.ok()) store_errors_->Add();
+  if (held.ok()) {
+    writer.Family("ferry_pool_jobs", "gauge",
+                  "Jobs holding allocations in each pool by state, tenant and team (a gang over"
+                  " pools counts in each).");
+    for (const AllocationCount& count : *held) {
+      writer.Sample("ferry_pool_jobs",
+                    {{"pool", count.pool},
+                     {"state", count.state},
+                     {"tenant", count.tenant},
+                     {"team", count.team}},
+                    static_cast<double>(count.jobs));
+    }
+    writer.Family("ferry_gpus_allocated", "gauge",
+                  "GPUs held by open allocations by pool, tenant and team.");
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> gpus;
+    for (const AllocationCount& count : *held) {
+      gpus[{count.pool, count.tenant, count.team}] += count.gpus;
+    }
+    for (const auto& [key, n] : gpus) {
+      writer.Sample(
+          "ferry_gpus_allocated",
+          {{"pool", std::get<0>(key)}, {"tenant", std::get<1>(key)}, {"team", std::get<2>(key)}},
+          static_cast<double>(n));
+    }
+  }
   if (nodes.ok()) {
     std::map<std::pair<std::string, std::string>, int64_t> by_state;
     for (const Node& node : *nodes) {

@@ -107,6 +107,12 @@ WatchHub::WatchHub(Store* store, metrics::Registry* registry, Options options, L
       "Watch requests answered 503 because every place of their kind was taken", {"kind"});
   closed_ = &registry->AddCounter("ferry_watch_stream_closes_total",
                                   "Server-sent event streams that ended, by why", {"reason"});
+  gaps_ = &registry->AddCounter(
+      "ferry_watch_gaps_total",
+      "Event ids the watch stream held back for (seen after a higher id, PostgreSQL), by how the"
+      " wait ended: filled (committed late), rolled_back, expired (streamed past)",
+      {"outcome"});
+  for (const char* outcome : {"filled", "rolled_back", "expired"}) gaps_->With({outcome});
   for (const char* kind : {"sse", "long_poll"}) {
     streams_gauge_->With({kind}).Set(0);
     sent_->With({kind});
@@ -140,7 +146,17 @@ void WatchHub::Wake() {
 
 Result<int64_t> WatchHub::Head() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Wake the hub and take its head once primed: the store's newest id may
+    // lie past one still uncommitted (Fetch).
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!primed_ && !stopping_) {
+      active_until_ms_ = std::max(active_until_ms_, NowMs() + options_.idle_grace_ms);
+      lock.unlock();
+      Wake();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::milliseconds(options_.max_gap_hold_ms + 1000),
+                   [&] { return primed_ || stopping_; });
+    }
     if (primed_) return head_;
   }
   return store_->LatestEventId();
@@ -226,20 +242,20 @@ bool WatchHub::Fetch() {
     primed = primed_;
     head = head_;
   }
-  if (!primed) {
-    Result<int64_t> latest = store_->LatestEventId();
-    if (!latest.ok()) {
-      log_error_("watch: reading the newest event", latest.status());
+  const int64_t now = NowMs();
+  if (!primed) return Prime(now);
+
+  // A horizon before the read says whether the held gap has settled: every
+  // transaction that could still fill it has ended, so this read sees all
+  // that ever will.
+  std::optional<Store::WriteHorizon> before;
+  if (gap_.held) {
+    Result<std::optional<Store::WriteHorizon>> horizon = store_->EventWriteHorizon();
+    if (!horizon.ok()) {
+      log_error_("watch: reading the store's write horizon", horizon.status());
       return false;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      head_ = ring_start_ = *latest;
-      ring_.clear();
-      primed_ = true;
-    }
-    cv_.notify_all();
-    return false;
+    before = *horizon;
   }
   Result<std::vector<WatchedEvent>> events =
       store_->ListEventsSince(Scope::All(), head, {}, kFetchPage);
@@ -249,12 +265,56 @@ bool WatchHub::Fetch() {
   }
   if (events->empty()) return false;
   const size_t count = events->size();
+  const bool settled = gap_.held && (!before || before->oldest_running >= gap_.token);
+  const bool expired = gap_.held && now - gap_.since_ms >= options_.max_gap_hold_ms;
+
+  // Events are taken in id order up to the first missing id that may still
+  // be committed (PostgreSQL); SQLite's ids never have such gaps.
   std::vector<Entry> entries;
   entries.reserve(count);
+  int64_t expected = head + 1;
+  bool held_back = false;
   for (WatchedEvent& event : *events) {
+    const int64_t id = event.event.id;
+    if (id > expected && horizons_) {
+      const bool known = gap_.held && gap_.at == expected;
+      if (known && settled && expected <= gap_.covers) {
+        gaps_->With({"rolled_back"}).Add();
+      } else if (known && expired) {
+        gaps_->With({"expired"}).Add();
+        log_error_("watch: event ids " + std::to_string(expected) + " to " +
+                       std::to_string(id - 1) + " still missing after " +
+                       std::to_string(options_.max_gap_hold_ms) + " ms; streaming past them",
+                   Status::OK());
+      } else {
+        held_back = true;
+        break;
+      }
+      gap_.held = false;
+    } else if (gap_.held && id == expected && expected == gap_.at) {
+      gaps_->With({"filled"}).Add();
+      gap_.held = false;
+    }
     std::string frame = SseFrame(event);
     entries.push_back({std::move(event), std::move(frame)});
+    expected = id + 1;
   }
+  if (held_back && !(gap_.held && gap_.at == expected && !settled)) {
+    // A new gap, or one a settled horizon did not cover: a horizon taken
+    // after this read covers every id it saw.
+    Result<std::optional<Store::WriteHorizon>> after = store_->EventWriteHorizon();
+    if (!after.ok()) {
+      log_error_("watch: reading the store's write horizon", after.status());
+    } else if (*after) {
+      if (!gap_.held || gap_.at != expected) gap_.since_ms = now;
+      gap_.held = true;
+      gap_.at = expected;
+      gap_.token = (*after)->next;
+      gap_.covers = (*events)[count - 1].event.id;
+    }
+  }
+  if (!held_back) gap_.held = false;
+  if (entries.empty()) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Entry& entry : entries) {
@@ -267,7 +327,46 @@ bool WatchHub::Fetch() {
     }
   }
   cv_.notify_all();
-  return static_cast<int>(count) == kFetchPage;
+  return !held_back && static_cast<int>(count) == kFetchPage;
+}
+
+bool WatchHub::Prime(int64_t now) {
+  // The newest id is where watchers start. On PostgreSQL an id below it may
+  // still be uncommitted: wait until every transaction running when it was
+  // read has ended (or max_gap_hold_ms), so none is missed.
+  if (!prime_.held) {
+    Result<int64_t> latest = store_->LatestEventId();
+    if (!latest.ok()) {
+      log_error_("watch: reading the newest event", latest.status());
+      return false;
+    }
+    Result<std::optional<Store::WriteHorizon>> after = store_->EventWriteHorizon();
+    if (!after.ok()) {
+      log_error_("watch: reading the store's write horizon", after.status());
+      return false;
+    }
+    horizons_ = after->has_value();
+    prime_ = {true, *latest, horizons_ ? (*after)->next : 0, now};
+    if (horizons_) return false;  // settles at the next poll
+  } else {
+    Result<std::optional<Store::WriteHorizon>> horizon = store_->EventWriteHorizon();
+    if (!horizon.ok()) {
+      log_error_("watch: reading the store's write horizon", horizon.status());
+      return false;
+    }
+    const bool settled = !*horizon || (*horizon)->oldest_running >= prime_.token;
+    if (!settled && now - prime_.since_ms < options_.max_gap_hold_ms) return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    head_ = ring_start_ = prime_.latest;
+    ring_.clear();
+    primed_ = true;
+  }
+  prime_.held = false;
+  gap_.held = false;
+  cv_.notify_all();
+  return false;
 }
 
 bool WatchHub::Deliver(Stream& stream, int64_t now_ms) {
@@ -316,7 +415,10 @@ void WatchHub::Loop() {
       if (stopping_) break;
       active = !streams_.empty() || long_polls_reserved_ > 0 || streams_reserved_ > 0 ||
                NowMs() < active_until_ms_;
-      if (!active) primed_ = false;
+      if (!active) {
+        primed_ = false;
+        prime_.held = false;
+      }
     }
     more = active && Fetch();
     bool primed;

@@ -51,6 +51,9 @@ class WatchHub {
     size_t max_pending_bytes = 256 * 1024;  // a stream with more unsent bytes is dropped
     size_t ring_events = 4096;              // newest events kept in memory
     int64_t idle_grace_ms = 30'000;         // keep polling this long after the last watcher
+    // The longest the stream waits for a missing event id to commit before
+    // it streams past it (PostgreSQL; docs/fleet-api.md#watching-jobs).
+    int64_t max_gap_hold_ms = 10'000;
   };
   using LogError = std::function<void(const std::string&, const Status&)>;
 
@@ -93,8 +96,12 @@ class WatchHub {
   struct Stream;
   void Loop();
   // Reads the events appended since the last read (or the head, when the hub
-  // was idle); true when a full page came back (more may be waiting).
+  // was idle); true when a full page came back (more may be waiting). Holds
+  // back at an id missing below a visible one until the store's write
+  // horizon says it cannot appear any more (Store::EventWriteHorizon).
   bool Fetch();
+  // Finds the head to start from when the hub wakes up.
+  bool Prime(int64_t now);
   // Appends the stream's new frames (from the ring, or from the store when
   // its cursor is older than the ring) and heartbeats; false to drop it.
   bool Deliver(Stream& stream, int64_t now_ms);
@@ -112,6 +119,7 @@ class WatchHub {
   metrics::Family<metrics::Counter>* sent_;
   metrics::Family<metrics::Counter>* rejected_;
   metrics::Family<metrics::Counter>* closed_;
+  metrics::Family<metrics::Counter>* gaps_;
 
   std::mutex mu_;
   std::condition_variable cv_;  // head_ moved, primed_ changed, or stopping_
@@ -131,6 +139,21 @@ class WatchHub {
   int wake_fd_ = -1;  // eventfd that interrupts the hub's poll()
 
   std::vector<std::unique_ptr<Stream>> streams_;  // hub thread only
+  // Hub thread only: the gap Fetch holds back at, and priming.
+  bool horizons_ = false;  // the store reports write horizons (PostgreSQL)
+  struct Gap {
+    bool held = false;
+    int64_t at = 0;        // the first missing id
+    int64_t token = 0;     // settled once oldest_running reaches it
+    int64_t covers = 0;    // the newest id read when the token was taken
+    int64_t since_ms = 0;  // when the hold began
+  } gap_;
+  struct Priming {
+    bool held = false;
+    int64_t latest = 0;
+    int64_t token = 0;
+    int64_t since_ms = 0;
+  } prime_;
   std::thread thread_;
 };
 

@@ -111,6 +111,29 @@ const std::vector<Migration>& Migrations() {
            // The job a preempted attempt made room for ("who preempted me").
            "ALTER TABLE attempts ADD COLUMN preempted_for BIGINT NOT NULL DEFAULT 0",
        }},
+      {4,
+       {
+           // ---- Webhooks: job events signed and POSTed to a tenant's URL.
+           // A tenant_id of NULL watches every tenant (platform admins); a
+           // job_id, one job only.
+           "CREATE TABLE webhooks (id {id}, tenant_id BIGINT REFERENCES tenants(id),"
+           " job_id BIGINT REFERENCES jobs(id), url TEXT NOT NULL, secret TEXT NOT NULL,"
+           " states TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',"
+           " created_by BIGINT NOT NULL REFERENCES users(id), created_at_ms BIGINT NOT NULL,"
+           " after_event_id BIGINT NOT NULL DEFAULT 0, deleted_at_ms BIGINT NOT NULL DEFAULT 0)",
+           "CREATE TABLE webhook_deliveries (id {id},"
+           " webhook_id BIGINT NOT NULL REFERENCES webhooks(id), event_id BIGINT NOT NULL,"
+           " job_id BIGINT NOT NULL, body TEXT NOT NULL,"
+           " status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),"
+           " attempts BIGINT NOT NULL DEFAULT 0, next_attempt_at_ms BIGINT NOT NULL,"
+           " last_status_code BIGINT NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '',"
+           " created_at_ms BIGINT NOT NULL, finished_at_ms BIGINT NOT NULL DEFAULT 0,"
+           " UNIQUE (webhook_id, event_id))",
+           "CREATE INDEX webhook_deliveries_due ON webhook_deliveries"  // NOLINT(bugprone-suspicious-missing-comma)
+           " (next_attempt_at_ms) WHERE status = 'pending'",
+           // The newest job event turned into deliveries (one row, id 1).
+           "CREATE TABLE webhook_cursor (id BIGINT PRIMARY KEY, event_id BIGINT NOT NULL)",
+       }},
   };
   return kMigrations;
 }

@@ -300,6 +300,25 @@ Result<Node> NodeFromRow(const Row& row) {
   return n;
 }
 
+WatchedEvent WatchedEventFromRow(const Row& row) {
+  WatchedEvent w;
+  w.event.id = row.Int(0);
+  w.event.job_id = row.Int(1);
+  w.event.at_ms = row.Int(2);
+  w.event.type = row.Text(3);
+  if (!row.IsNull(4)) w.event.state = ParseJobState(row.Text(4));
+  w.event.reason = row.Text(5);
+  w.event.message = row.Text(6);
+  w.event.actor = row.Text(7);
+  w.tenant_id = row.Int(8);
+  w.tenant = row.Text(9);
+  w.team = row.Text(10);
+  w.user = row.Text(11);
+  w.job_name = row.Text(12);
+  w.job_created_ms = row.Int(13);
+  return w;
+}
+
 Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
   std::string q =
       "SELECT id, name, pool, labels, cpus, memory_mb, state, drain, instance,"
@@ -321,8 +340,9 @@ Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
   }
   if (nodes.empty()) return nodes;
   std::string gq =
-      "SELECT g.id, g.node_id, g.idx, g.model, g.memory_mb, g.uuid, a.job_id FROM gpus g"
-      " LEFT JOIN allocations a ON a.gpu_id = g.id AND a.released_at_ms IS NULL";
+      "SELECT g.id, g.node_id, g.idx, g.model, g.memory_mb, g.uuid, a.job_id, j.tenant_id"
+      " FROM gpus g LEFT JOIN allocations a ON a.gpu_id = g.id AND a.released_at_ms IS NULL"
+      " LEFT JOIN jobs j ON j.id = a.job_id";
   Params gparams;
   if (name != nullptr) {
     gq += " WHERE g.node_id = ?";
@@ -340,6 +360,7 @@ Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
     g.memory_mb = row.Int(4);
     g.uuid = row.Text(5);
     g.job_id = row.OptInt(6);
+    g.job_tenant_id = row.OptInt(7);
     nodes[it->second].gpus.push_back(std::move(g));
   }
   return nodes;

@@ -67,6 +67,17 @@ constexpr const char* kJobSelect =
     " j.exit_code FROM jobs j JOIN tenants tn ON tn.id = j.tenant_id"
     " JOIN teams tm ON tm.id = j.team_id JOIN users u ON u.id = j.user_id";
 
+// Columns of a job event with its job's owner, in the order
+// WatchedEventFromRow reads them (the primary key orders a scan of events;
+// the joins only name the owner).
+constexpr const char* kWatchedEventSelect =
+    "SELECT e.id, e.job_id, e.at_ms, e.type, e.state, e.reason, e.message, e.actor,"
+    " j.tenant_id, tn.name, tm.name, u.name, j.name, j.created_at_ms FROM job_events e"
+    " JOIN jobs j ON j.id = e.job_id JOIN tenants tn ON tn.id = j.tenant_id"
+    " JOIN teams tm ON tm.id = j.team_id JOIN users u ON u.id = j.user_id";
+
+WatchedEvent WatchedEventFromRow(const Row& row);
+
 // Parsed specs by job id. A job's spec never changes once stored, so the
 // scheduler's snapshot of a long queue parses each one once, not every pass.
 class SpecCache {
@@ -183,6 +194,7 @@ class SqlStore final : public Store {
                            std::optional<int64_t> before_id, int limit) override;
 
   Result<std::vector<JobCount>> CountJobs() override;
+  Result<std::vector<AllocationCount>> CountAllocations() override;
 
   Result<CancelOutcome> CancelJob(const Scope& scope, int64_t job_id, const std::string& actor,
                                   int64_t now_ms) override;
@@ -194,6 +206,19 @@ class SqlStore final : public Store {
                                                     const EventFilter& filter, int limit) override;
 
   Result<int64_t> LatestEventId() override;
+  Result<std::optional<WriteHorizon>> EventWriteHorizon() override;
+  Result<Webhook> CreateWebhook(const Webhook& hook, int64_t now_ms) override;
+  Result<std::vector<Webhook>> ListWebhooks(const Scope& scope) override;
+  Result<std::optional<Webhook>> GetWebhook(const Scope& scope, int64_t id) override;
+  Result<bool> DeleteWebhook(const Scope& scope, int64_t id, int64_t now_ms) override;
+  Result<int64_t> EnqueueWebhookDeliveries(
+      int64_t up_to, int limit, int64_t now_ms,
+      const std::function<std::string(const Webhook&, const WatchedEvent&)>& render) override;
+  Result<std::vector<WebhookDelivery>> DueWebhookDeliveries(int64_t now_ms, int limit) override;
+  Status RecordWebhookAttempt(const WebhookAttempt& attempt) override;
+  Result<std::optional<std::vector<WebhookDelivery>>> ListWebhookDeliveries(const Scope& scope,
+                                                                            int64_t webhook_id,
+                                                                            int limit) override;
 
   Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) override;
 

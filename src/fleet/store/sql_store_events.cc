@@ -9,13 +9,7 @@ namespace ferry::fleet::store_internal {
 Result<std::vector<WatchedEvent>> SqlStore::ListEventsSince(const Scope& scope, int64_t after_id,
                                                             const EventFilter& filter, int limit) {
   limit = std::clamp(limit, 1, 10000);
-  // The primary key orders the scan; the joins only name the owner.
-  std::string q =
-      "SELECT e.id, e.job_id, e.at_ms, e.type, e.state, e.reason, e.message, e.actor,"
-      " j.tenant_id, tn.name, tm.name, u.name, j.name, j.created_at_ms FROM job_events e"
-      " JOIN jobs j ON j.id = e.job_id JOIN tenants tn ON tn.id = j.tenant_id"
-      " JOIN teams tm ON tm.id = j.team_id JOIN users u ON u.id = j.user_id"
-      " WHERE e.id > ?";
+  std::string q = std::string(kWatchedEventSelect) + " WHERE e.id > ?";
   Params params{after_id};
   if (scope.tenant_id) {
     q += " AND j.tenant_id = ?";
@@ -36,27 +30,26 @@ Result<std::vector<WatchedEvent>> SqlStore::ListEventsSince(const Scope& scope, 
     out.clear();
     FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query(q, params));
     out.reserve(rows.size());
-    for (const Row& row : rows.rows) {
-      WatchedEvent w;
-      w.event.id = row.Int(0);
-      w.event.job_id = row.Int(1);
-      w.event.at_ms = row.Int(2);
-      w.event.type = row.Text(3);
-      if (!row.IsNull(4)) w.event.state = ParseJobState(row.Text(4));
-      w.event.reason = row.Text(5);
-      w.event.message = row.Text(6);
-      w.event.actor = row.Text(7);
-      w.tenant_id = row.Int(8);
-      w.tenant = row.Text(9);
-      w.team = row.Text(10);
-      w.user = row.Text(11);
-      w.job_name = row.Text(12);
-      w.job_created_ms = row.Int(13);
-      out.push_back(std::move(w));
-    }
+    for (const Row& row : rows.rows) out.push_back(WatchedEventFromRow(row));
     return Status::OK();
   }));
   return out;
+}
+
+Result<std::optional<Store::WriteHorizon>> SqlStore::EventWriteHorizon() {
+  // SQLite has one writer at a time: ids become visible in order.
+  if (!pg()) return std::optional<WriteHorizon>();
+  std::optional<WriteHorizon> horizon;
+  FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows rows,
+        c.Query("SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint"
+                " FROM pg_current_snapshot() AS s"));
+    if (rows.empty()) return Status::UnknownError("store: no snapshot from PostgreSQL");
+    horizon = WriteHorizon{rows[0].Int(0), rows[0].Int(1)};
+    return Status::OK();
+  }));
+  return horizon;
 }
 
 Result<int64_t> SqlStore::LatestEventId() {

@@ -85,6 +85,26 @@ Result<std::vector<JobCount>> SqlStore::CountJobs() {
   return out;
 }
 
+Result<std::vector<AllocationCount>> SqlStore::CountAllocations() {
+  std::vector<AllocationCount> out;
+  FERRY_RETURN_NOT_OK(Run(false, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows rows, c.Query("SELECT n.pool, j.state, tn.name, tm.name, COUNT(DISTINCT a.job_id),"
+                           " COUNT(a.gpu_id) FROM allocations a JOIN nodes n ON n.id = a.node_id"
+                           " JOIN jobs j ON j.id = a.job_id JOIN tenants tn ON tn.id = j.tenant_id"
+                           " JOIN teams tm ON tm.id = j.team_id WHERE a.released_at_ms IS NULL"
+                           " GROUP BY n.pool, j.state, tn.name, tm.name"
+                           " ORDER BY n.pool, j.state, tn.name, tm.name"));
+    out.clear();
+    out.reserve(rows.size());
+    for (const Row& row : rows.rows) {
+      out.push_back({row.Text(0), row.Text(1), row.Text(2), row.Text(3), row.Int(4), row.Int(5)});
+    }
+    return Status::OK();
+  }));
+  return out;
+}
+
 Result<JobPage> SqlStore::ListJobs(const Scope& scope, const JobFilter& filter,
                                    std::optional<int64_t> before_id, int limit) {
   limit = std::clamp(limit, 1, 10000);

@@ -59,6 +59,9 @@ def test_prometheus_scrapes_the_server(busy_server, tmp_path):
         assert value('ferry_nodes{state="READY"}') == 1
         assert value('sum(ferry_gpus)') == 2
         assert value('ferry_gpus_free') == 1
+        # The running job holds the other GPU, seen by pool, tenant and team.
+        assert value('ferry_gpus_allocated{pool="default",tenant="default",team="default"}') == 1
+        assert value('ferry_pool_jobs{state="RUNNING",tenant="default"}') == 1
         assert value('sum(ferry_http_requests_total{route="/v1/jobs",method="POST",code="2xx"})') == 3
         assert value('sum(ferry_http_requests_total{route="/v1/agent/sync"})') >= 1
         assert value("ferry_scheduler_placements_total") >= 2

@@ -5,7 +5,9 @@ Last-Event-ID; the JSON long poll; and 1,000 slow clients (event streams,
 long polls, /metrics) that must not stop a submission from succeeding."""
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -200,3 +202,80 @@ def test_thousand_slow_clients_do_not_stop_submissions(fleet):
     # Their connections closed: the streams are gone from the gauge.
     harness.wait_for(lambda: metric(server, 'ferry_watch_streams{kind="sse"}') == 0, 30,
                      "the closed streams to leave ferry_watch_streams")
+
+
+class HeldTransaction:
+    """A psql session that inserts one job event in an open transaction, so
+    that its id is taken but not visible until commit (or never)."""
+
+    def __init__(self, url, job_id, message):
+        psql = os.path.join(harness.pg_bin(), "psql")
+        self.proc = subprocess.Popen([psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", url],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.proc.stdin.write(
+            "BEGIN;\n"
+            "INSERT INTO job_events (job_id, at_ms, type, message)"
+            f" VALUES ({int(job_id)}, 0, 'note', '{message}') RETURNING id;\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().strip()
+        assert line.isdigit(), f"psql: {line}{self.proc.stdout.read() if not line else ''}"
+        self.event_id = int(line)
+
+    def end(self, how):
+        self.proc.stdin.write(how + ";\n")
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=30) == 0, self.proc.stdout.read()
+
+
+def test_stream_waits_for_an_event_committed_late_on_postgresql(fleet):
+    """PostgreSQL hands out event ids when rows are inserted and shows them
+    at commit, so id N+1 can be visible before id N. The stream holds back
+    at the missing id until the transaction holding it ends: committed, the
+    event is streamed in id order; rolled back, the stream goes on."""
+    url = fleet.store_url("postgresql")
+    server = fleet.server(store_url=url, extra_args=["--rate", "0"])
+    stream = EventStream(server.port, server.admin_token)
+    try:
+        harness.wait_for(lambda: stream.events, 10, "the ready event")
+        # The held event belongs to a job of its own: its row lock (the
+        # event's foreign key) would hold up a cancel of that job.
+        quiet = server.admin("POST", "/v1/jobs", {"name": "quiet", "command": ["true"]})["id"]
+        job = server.admin("POST", "/v1/jobs", {"name": "held", "command": ["true"]})["id"]
+        stream.wait_state(job, "PENDING")
+
+        held = HeldTransaction(url, quiet, "committed late")
+        r = server.call("POST", f"/v1/jobs/{job}:cancel")
+        assert r.status == 200, r
+        # The cancel's events are newer than the held one: they wait too.
+        time.sleep(1.5)
+        assert "CANCELLED" not in stream.states(job)
+        assert not [e for e in stream.events if e["event"] == "note"]
+        held.end("COMMIT")
+        stream.wait_state(job, "CANCELLED")
+        ids = [e["id"] for e in stream.events[1:]]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids), ids
+        notes = [e for e in stream.events if e["event"] == "note"]
+        assert [e["id"] for e in notes] == [held.event_id], stream.events
+        assert notes[0]["data"]["message"] == "committed late"
+        assert metric(server, 'ferry_watch_gaps_total{outcome="filled"}') >= 1
+
+        # A transaction that rolls back leaves its id missing for good.
+        other = server.admin("POST", "/v1/jobs", {"name": "after", "command": ["true"]})["id"]
+        stream.wait_state(other, "PENDING")
+        lost = HeldTransaction(url, quiet, "rolled back")
+        server.call("POST", f"/v1/jobs/{other}:cancel")
+        time.sleep(1.0)
+        assert "CANCELLED" not in stream.states(other)
+        lost.end("ROLLBACK")
+        stream.wait_state(other, "CANCELLED")
+        assert all(e["id"] != lost.event_id for e in stream.events)
+        assert metric(server, 'ferry_watch_gaps_total{outcome="rolled_back"}') >= 1
+        assert metric(server, 'ferry_watch_gaps_total{outcome="expired"}') == 0
+
+        # The long poll reads the hub's settled head, so it agrees.
+        r = server.call("GET", "/v1/jobs:watch?since=0&timeout_s=1")
+        polled = [e["id"] for e in r.json()["events"]]
+        assert held.event_id in polled and lost.event_id not in polled
+    finally:
+        stream.close()

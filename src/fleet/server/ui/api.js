@@ -139,3 +139,16 @@ export function mayCancel(me, job) {
 export function isAdmin(me) {
   return !!me && me.role === 'platform_admin';
 }
+
+// The scheduler's state (GET /v1/scheduler), which only platform admins may
+// read: null for anyone else, and null too when the server refuses the token
+// (a role changed since sign-in).
+export async function schedulerState(me) {
+  if (!isAdmin(me)) return null;
+  try {
+    return await get('/v1/scheduler');
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 403) return null;
+    throw error;
+  }
+}

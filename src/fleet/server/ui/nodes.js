@@ -2,7 +2,7 @@
 // pools (GET /v1/pools), drain and undrain for platform admins, and for them
 // too the providers with their circuit breakers and the scheduler's recent
 // cycles (GET /v1/scheduler; the page keeps the cycles it has seen).
-import {ApiError, api, get, isAdmin} from './api.js';
+import {api, get, isAdmin, schedulerState} from './api.js';
 import {badge, facts, fill, h, section, table} from './dom.js';
 import {ago, labels, time} from './format.js';
 
@@ -44,7 +44,7 @@ export function mount(main, context) {
   }
 
   function nodeRow(node) {
-    const inUse = node.gpus.filter((g) => g.job_id !== null && g.job_id !== undefined).length;
+    const inUse = node.gpus.filter((g) => g.allocated).length;
     const row = [node.name, node.pool, badge(node.state), node.drain ? 'drained' : '',
       gpuSummary(node), {value: inUse + ' / ' + node.gpus.length, class: 'num'},
       {value: node.cpus, class: 'num'}, {value: Math.round(node.memory_mb / 1024) + ' GiB',
@@ -57,19 +57,9 @@ export function mount(main, context) {
     return row;
   }
 
-  async function schedulerState() {
-    if (!admin) return null;
-    try {
-      return await get('/v1/scheduler');
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 403) return null;
-      throw error;
-    }
-  }
-
   async function refresh() {
     const [nodeList, poolList, sched] = await Promise.all([get('/v1/nodes'), get('/v1/pools'),
-      schedulerState()]);
+      schedulerState(me)]);
     const columns = ['Node', 'Pool', 'State', 'Drain', 'GPUs', 'In use', 'CPUs', 'Memory',
       'Labels', 'Last heartbeat', 'Lease until'];
     if (admin) columns.push('');

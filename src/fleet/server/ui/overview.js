@@ -66,8 +66,8 @@ function heatmap(nodes, jobsById) {
     const cells = h('div', {class: 'heat-cells'});
     for (const gpu of [...node.gpus].sort((a, b) => a.index - b.index)) {
       const base = 'GPU ' + gpu.index + ' · ' + gpu.model + ' · ' + node.name;
-      if (gpu.job_id !== null && gpu.job_id !== undefined) {
-        const job = jobsById.get(gpu.job_id);
+      if (gpu.allocated) {
+        const job = gpu.job_id === null ? undefined : jobsById.get(gpu.job_id);
         if (job) {
           cells.append(h('a', {class: 'gpu busy', href: '#/jobs/' + job.id,
             title: base + ' · job ' + job.id + ' ' + job.name + ' (' + job.state + ')'}));
@@ -98,7 +98,7 @@ function byModel(gpus, nodesByName) {
     const entry = models.get(gpu.model) || {total: 0, used: 0, free: 0, unavailable: 0};
     const node = nodesByName.get(gpu.node);
     entry.total += 1;
-    if (gpu.job_id !== null && gpu.job_id !== undefined) {
+    if (gpu.allocated) {
       entry.used += 1;
     } else if (node && node.state === 'READY' && !node.drain) {
       entry.free += 1;
@@ -142,7 +142,7 @@ export function mount(main) {
     const nodesByName = new Map(nodeList.nodes.map((n) => [n.name, n]));
     const jobsById = new Map(jobs.active.map((j) => [j.id, j]));
     const total = gpuList.gpus.length;
-    const used = gpuList.gpus.filter((g) => g.job_id !== null && g.job_id !== undefined).length;
+    const used = gpuList.gpus.filter((g) => g.allocated).length;
     const free = byModel(gpuList.gpus, nodesByName).reduce((n, [, m]) => n + m.free, 0);
     const ready = nodeList.nodes.filter((n) => n.state === 'READY').length;
     const pending = jobs.counts.PENDING;

@@ -2,7 +2,7 @@
 // visible jobs), quotas against their use with what is borrowed, and fair
 // share (GET /v1/scheduler, platform admins), and the pending jobs with the
 // reason the scheduler gave each.
-import {ApiError, get, isAdmin, listJobs, withQuery} from './api.js';
+import {get, listJobs, schedulerState, withQuery} from './api.js';
 import {fill, h, section, table} from './dom.js';
 import {ACTIVE_STATES, ago, jobGpus, owner} from './format.js';
 
@@ -52,19 +52,10 @@ export function mount(main, context) {
     return known.message;
   }
 
-  async function scheduler() {
-    if (!isAdmin(me)) return null;
-    try {
-      return await get('/v1/scheduler');
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 403) return null;
-      throw error;
-    }
-  }
-
   async function refresh() {
     const [active, gpus, sched] = await Promise.all([
-      listJobs({state: ACTIVE_STATES.join(',')}, ACTIVE_LIMIT), get('/v1/gpus'), scheduler()]);
+      listJobs({state: ACTIVE_STATES.join(',')}, ACTIVE_LIMIT), get('/v1/gpus'),
+      schedulerState(me)]);
     const jobsById = new Map(active.jobs.map((j) => [j.id, j]));
 
     // GPUs held, per job, by model (from the GPUs the store says each job holds).
