@@ -500,3 +500,13 @@ class Prometheus:
     def stop(self):
         if self.proc:
             self.proc.stop()
+
+
+def metric(server, name):
+    """The value of one sample (`name` with its labels, as the text format
+    writes them) in the server's /metrics, or None when absent."""
+    text = server.call("GET", "/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None

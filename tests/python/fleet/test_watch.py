@@ -162,13 +162,6 @@ def test_stream_follows_cli_submit_and_cancel_scoped_and_resumable(fleet):
         theirs.close()
 
 
-def metric(server, name):
-    """The value of one sample in the server's /metrics text (None when absent)."""
-    text = server.call("GET", "/metrics").body.decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def test_thousand_slow_clients_do_not_stop_submissions(fleet):
@@ -177,7 +170,8 @@ def test_thousand_slow_clients_do_not_stop_submissions(fleet):
     slow = SlowClients(server.port, server.admin_token, 1000).start()
     try:
         assert slow.wait_open(60), "the slow clients could not all connect"
-        harness.wait_for(lambda: metric(server, 'ferry_watch_streams{kind="sse"}') == 600, 30,
+        streams = 'ferry_watch_streams{kind="sse"}'
+        harness.wait_for(lambda: harness.metric(server, streams) == 600, 30,
                          "600 open event streams in ferry_watch_streams")
         watcher = EventStream(server.port, server.admin_token)
         try:
@@ -193,14 +187,14 @@ def test_thousand_slow_clients_do_not_stop_submissions(fleet):
         assert server.proc.running()
         # The long polls beyond a quarter of the pool were refused (503 and
         # reconnected); the streams were all admitted.
-        assert metric(server, 'ferry_watch_rejected_total{kind="long_poll"}') > 0
-        assert metric(server, 'ferry_watch_rejected_total{kind="sse"}') == 0
-        assert metric(server, 'ferry_watch_events_sent_total{kind="sse"}') > 0
+        assert harness.metric(server, 'ferry_watch_rejected_total{kind="long_poll"}') > 0
+        assert harness.metric(server, 'ferry_watch_rejected_total{kind="sse"}') == 0
+        assert harness.metric(server, 'ferry_watch_events_sent_total{kind="sse"}') > 0
         assert slow.connect_errors == 0
     finally:
         slow.stop()
     # Their connections closed: the streams are gone from the gauge.
-    harness.wait_for(lambda: metric(server, 'ferry_watch_streams{kind="sse"}') == 0, 30,
+    harness.wait_for(lambda: harness.metric(server, 'ferry_watch_streams{kind="sse"}') == 0, 30,
                      "the closed streams to leave ferry_watch_streams")
 
 
@@ -258,7 +252,7 @@ def test_stream_waits_for_an_event_committed_late_on_postgresql(fleet):
         notes = [e for e in stream.events if e["event"] == "note"]
         assert [e["id"] for e in notes] == [held.event_id], stream.events
         assert notes[0]["data"]["message"] == "committed late"
-        assert metric(server, 'ferry_watch_gaps_total{outcome="filled"}') >= 1
+        assert harness.metric(server, 'ferry_watch_gaps_total{outcome="filled"}') >= 1
 
         # A transaction that rolls back leaves its id missing for good.
         other = server.admin("POST", "/v1/jobs", {"name": "after", "command": ["true"]})["id"]
@@ -270,8 +264,8 @@ def test_stream_waits_for_an_event_committed_late_on_postgresql(fleet):
         lost.end("ROLLBACK")
         stream.wait_state(other, "CANCELLED")
         assert all(e["id"] != lost.event_id for e in stream.events)
-        assert metric(server, 'ferry_watch_gaps_total{outcome="rolled_back"}') >= 1
-        assert metric(server, 'ferry_watch_gaps_total{outcome="expired"}') == 0
+        assert harness.metric(server, 'ferry_watch_gaps_total{outcome="rolled_back"}') >= 1
+        assert harness.metric(server, 'ferry_watch_gaps_total{outcome="expired"}') == 0
 
         # The long poll reads the hub's settled head, so it agrees.
         r = server.call("GET", "/v1/jobs:watch?since=0&timeout_s=1")

@@ -70,12 +70,6 @@ def signature(secret, headers, body):
     return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def metric(server, name):
-    text = server.call("GET", "/metrics").body.decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def test_signed_deliveries_retry_and_stay_in_their_tenant(fleet):
@@ -151,9 +145,9 @@ def test_signed_deliveries_retry_and_stay_in_their_tenant(fleet):
         every = server.call("GET", "/v1/webhooks").json()["webhooks"]
         assert {h["id"] for h in every} == {hook["id"], theirs["id"]}
 
-        assert metric(server, 'ferry_webhook_attempts_total{outcome="delivered"}') == 2
-        assert metric(server, 'ferry_webhook_attempts_total{outcome="retry"}') == 2
-        assert metric(server, "ferry_webhook_deliveries_total") == 2
+        assert harness.metric(server, 'ferry_webhook_attempts_total{outcome="delivered"}') == 2
+        assert harness.metric(server, 'ferry_webhook_attempts_total{outcome="retry"}') == 2
+        assert harness.metric(server, "ferry_webhook_deliveries_total") == 2
 
         # Deleted: nothing more is sent to it (a second webhook, made before
         # the next job, shows the dispatcher got that far).
@@ -220,7 +214,7 @@ def test_a_dead_receiver_fails_after_the_last_attempt_and_restarts_lose_nothing(
     failed = deliveries(dead)[0]
     assert failed["attempts"] == 3 and failed["last_status_code"] is None, failed
     assert failed["last_error"], failed
-    assert metric(server, 'ferry_webhook_attempts_total{outcome="failed"}') == 1
+    assert harness.metric(server, 'ferry_webhook_attempts_total{outcome="failed"}') == 1
 
     # A receiver that is down while the server restarts: the pending delivery
     # is in the store and goes out once both are back.
