@@ -206,7 +206,7 @@ struct RestOptions {
 Result<std::unique_ptr<SlurmClient>> MakeRestClient(RestOptions options);
 
 struct CliOptions {
-  // Where sbatch, squeue, sinfo and scancel live; empty: search PATH.
+  // Where sbatch, squeue, sinfo, scancel and scontrol live; empty: search PATH.
   std::string bin_dir;
   // SLURM_CONF for the tools; empty: inherit.
   std::string slurm_conf;
