@@ -98,9 +98,17 @@ void CycleRun::Burst() {
       tried.push_back(m);
       int64_t remaining = s.tasks;
       std::vector<std::pair<size_t, Spare>> onprem;
+      // Latency scoring: free nodes of Slurm pools the cloud beats are not counted
+      // on (placement leaves them out too).
+      int left_out = 0;
+      const Tiers* latency =
+          set.scoring == Scoring::kLatency ? &SearchTiers(job, p, m, &left_out) : nullptr;
       for (size_t n = 0; n < nodes_.size() && remaining > 0; ++n) {
         const IndexedNode& node = nodes_[n];
         if (!node.schedulable || !InSet(job, node.pool)) continue;
+        if (latency != nullptr && latency->tier_of_pool[static_cast<size_t>(node.pool)] < 0) {
+          continue;
+        }
         if (node.reservation >= 0 && node.reservation != reservation_of_job_[i]) continue;
         Spare room = room_of(static_cast<int>(n), m);
         const int64_t k = TasksThatFit(s, room.gpus, room.cpus, room.memory, remaining);

@@ -91,6 +91,14 @@ struct IndexedPool {
   int nodes = 0;  // snapshot nodes of the pool, any state
 };
 
+// When free capacity on an existing node of `pool` starts a job: a Slurm pool
+// hands the job to Slurm's own queue first (queue_delay_s), any other node
+// starts it now.
+inline double StartDelay(const IndexedPool& pool) {
+  return pool.config != nullptr && pool.config->slurm ? std::max(0.0, pool.config->queue_delay_s)
+                                                      : 0.0;
+}
+
 struct FreeGpus {
   int model = 0;
   std::vector<int> positions;  // into NodeInfo::gpus, by GPU index
@@ -266,6 +274,17 @@ class CycleRun {
   std::string NoCapacityMessage(int index);
 
   // ---- placement
+  // The tiers a search for `job` on GPUs of `model` walks (cycle_search.cc).
+  // TiersFor's, except under latency scoring with Slurm pools that queue
+  // (queue_delay_s > 0): existing nodes by when they start the job (now,
+  // then Slurm pools by queue delay), without the Slurm pools that cloud
+  // pools of the set could beat (provisioning delay shorter than the queue
+  // delay, room for the whole gang, burst allowed for the job now).
+  // `*left_out`: how many Slurm pools that leaves out (fewer for a bigger
+  // gang; it tells memo entries of different tiers apart).
+  const Tiers& SearchTiers(const JobInfo& job, const PendingJob& pending, int model, int* left_out);
+  // CloudCapacity, counting only cloud pools that provision faster than `delay_s`.
+  int64_t CloudCapacityBefore(const JobInfo& job, int model, int64_t cap, double delay_s) const;
   int64_t TasksFitting(const IndexedNode& node, int model, const Shape& s, uint64_t mask,
                        int64_t cap) const;
   int FindSingleNode(const std::vector<int>& tier_pools, int model, const Shape& s, int64_t need,
@@ -274,8 +293,9 @@ class CycleRun {
               std::vector<Pick>* picks, int64_t* found);
   bool SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t mask,
                      std::vector<Pick>* picks, int64_t* found);
-  bool SearchDomain(const JobInfo& job, const Tiers& tiers, int model, uint64_t mask, bool spread,
-                    std::vector<Pick>* picks);
+  // `memo`: Search's key for "a gang of this shape did not fit these tiers".
+  bool SearchDomain(const JobInfo& job, const Tiers& tiers, int model, const MemoKey& memo,
+                    uint64_t mask, bool spread, std::vector<Pick>* picks);
   void Place(int index, const JobInfo& job, int model, const std::vector<Pick>& picks,
              uint64_t mask);
   uint64_t MaskFor(const JobInfo& job) const;
@@ -396,6 +416,9 @@ class CycleRun {
   std::unordered_map<MemoKey, std::string, MemoKeyHash>
       shape_texts_;  // (key, tasks) -> description
   std::unordered_map<std::string, Tiers> tiers_;
+  std::vector<int8_t> set_queues_;  // per set: 1 when a Slurm pool of it queues (-1: not known yet)
+  // (key, model, tasks or 0 when the job may not burst yet) -> SearchTiers, Slurm pools left out
+  std::unordered_map<MemoKey, std::pair<Tiers, int>, MemoKeyHash> latency_tiers_;
   std::vector<const Tiers*> tiers_fast_;          // [set * 2 + preemptible under cost scoring]
   std::unordered_map<int64_t, int> waiting_for_;  // job -> terminating victims for it
   std::vector<uint8_t> preempted_;                // per running job

@@ -1,5 +1,6 @@
 // Where a gang fits now: one node, one interconnect domain, or across the
-// tiers of its pool set (bin-pack or spread); CPU-only jobs apart.
+// tiers of its pool set (bin-pack or spread); CPU-only jobs apart. Under
+// latency scoring the tiers also weigh Slurm pools' queue delays.
 #include "fleet/sched/cycle_run.h"
 
 namespace ferry::fleet::sched::internal {
@@ -39,6 +40,72 @@ int CycleRun::FindSingleNode(const std::vector<int>& tier_pools, int model, cons
   return -1;
 }
 
+int64_t CycleRun::CloudCapacityBefore(const JobInfo& job, int model, int64_t cap,
+                                      double delay_s) const {
+  if (!config_.burst.enabled) return 0;
+  const Shape& s = job.shape;
+  int64_t total = 0;
+  for (int p : sets_[static_cast<size_t>(job.set)].pools) {
+    if (total >= cap) break;
+    const IndexedPool& pool = pools_[static_cast<size_t>(p)];
+    if (pool.config == nullptr || !pool.cloud || pool.config->max_nodes <= pool.nodes) continue;
+    if (!(pool.config->provisioning_delay_s < delay_s)) continue;
+    const NodeShape& shape = pool.config->node;
+    if (s.gpus > 0 && (shape.gpus <= 0 || ModelId(CanonicalGpuModel(shape.gpu_model)) != model))
+      continue;
+    const int64_t per_node = TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, cap);
+    total += std::min<int64_t>(cap, per_node * (pool.config->max_nodes - pool.nodes));
+  }
+  return std::min(total, cap);
+}
+
+const Tiers& CycleRun::SearchTiers(const JobInfo& job, const PendingJob& pending, int model,
+                                   int* left_out) {
+  *left_out = 0;
+  const size_t set_index = static_cast<size_t>(job.set);
+  const SetInfo& set = sets_[set_index];
+  if (set.scoring != Scoring::kLatency) return TiersFor(job, pending);
+  if (set_queues_.size() < sets_.size()) set_queues_.assign(sets_.size(), -1);
+  if (set_queues_[set_index] < 0) {
+    set_queues_[set_index] = 0;
+    for (int p : set.pools) {
+      if (StartDelay(pools_[static_cast<size_t>(p)]) > 0) set_queues_[set_index] = 1;
+    }
+  }
+  if (set_queues_[set_index] == 0) return TiersFor(job, pending);
+  // Before burst.min_pending_s no cloud node may be requested for the job:
+  // nothing beats the Slurm queue then.
+  const bool may_burst = now_ - pending.submitted_s >= config_.burst.min_pending_s;
+  const MemoKey key{job.key, model, may_burst ? static_cast<uint64_t>(job.shape.tasks) : 0};
+  auto it = latency_tiers_.find(key);
+  if (it == latency_tiers_.end()) {
+    std::vector<std::pair<double, int>> keyed;  // (start delay, pool)
+    int out = 0;
+    for (int p : set.pools) {
+      const double delay = StartDelay(pools_[static_cast<size_t>(p)]);
+      if (delay > 0 && may_burst &&
+          CloudCapacityBefore(job, model, job.shape.tasks, delay) >= job.shape.tasks) {
+        ++out;
+        continue;
+      }
+      keyed.emplace_back(delay, p);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    Tiers tiers;
+    tiers.tier_of_pool.assign(pools_.size(), -1);
+    for (size_t i = 0; i < keyed.size(); ++i) {
+      if (i == 0 || keyed[i].first != keyed[i - 1].first) tiers.pools.emplace_back();
+      tiers.pools.back().push_back(keyed[i].second);
+      tiers.tier_of_pool[static_cast<size_t>(keyed[i].second)] =
+          static_cast<int>(tiers.pools.size()) - 1;
+    }
+    it = latency_tiers_.emplace(key, std::make_pair(std::move(tiers), out)).first;
+  }
+  *left_out = it->second.second;
+  return it->second.first;
+}
+
 bool CycleRun::SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t mask,
                              std::vector<Pick>* picks, int64_t* found) {
   int64_t remaining = job.shape.tasks;
@@ -58,12 +125,11 @@ bool CycleRun::SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t ma
   return remaining == 0;
 }
 
-bool CycleRun::SearchDomain(const JobInfo& job, const Tiers& tiers, int model, uint64_t mask,
-                            bool spread, std::vector<Pick>* picks) {
+bool CycleRun::SearchDomain(const JobInfo& job, const Tiers& tiers, int model, const MemoKey& memo,
+                            uint64_t mask, bool spread, std::vector<Pick>* picks) {
   const Shape& s = job.shape;
   const size_t models = model_names_.size();
   // A gang of this shape found no domain: nor will a bigger one, later.
-  const MemoKey memo{job.key, model, mask};
   auto failed = domain_fail_.find(memo);
   if (failed != domain_fail_.end() && failed->second <= s.tasks) return false;
   // Domains with enough free GPUs, in preference order (lowest tier of the
@@ -185,7 +251,8 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
   picks->clear();
   *found = 0;
   const Shape& s = job.shape;
-  const Tiers& tiers = TiersFor(job, pending);
+  int left_out = 0;
+  const Tiers& tiers = SearchTiers(job, pending, model, &left_out);
   if (model < 0) return SearchCpuOnly(job, tiers, mask, picks, found);
   const size_t models = model_names_.size();
   int64_t total_free = 0;
@@ -196,7 +263,8 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
     *found = std::min(s.tasks - 1, total_free / s.gpus);
     return false;
   }
-  const MemoKey memo{job.key, model, mask};
+  // A bigger gang may leave fewer Slurm pools out: other tiers, another memo entry.
+  const MemoKey memo{job.key, model + (int64_t{left_out} << 32), mask};
   auto failed = no_fit_.find(memo);
   if (failed != no_fit_.end() && failed->second <= s.tasks) {
     *found = std::min(s.tasks - 1, failed->second - 1);
@@ -212,7 +280,7 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
         return true;
       }
     }
-    if (job.topology == 2 && SearchDomain(job, tiers, model, mask, spread, picks)) {
+    if (job.topology == 2 && SearchDomain(job, tiers, model, memo, mask, spread, picks)) {
       return true;
     }
   }

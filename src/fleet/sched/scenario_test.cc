@@ -64,6 +64,12 @@ Config ParseConfig(const YAML::Node& y) {
     pool.max_nodes = Get(p, "max_nodes", 0);
     pool.idle_timeout_s = Get(p, "idle_timeout_s", 300.0);
     pool.datasets = Strings(p["datasets"]);
+    // `slurm: true`, or `slurm: {partition: ...}`: a Slurm pool.
+    if (const YAML::Node slurm = p["slurm"]; slurm && (!slurm.IsScalar() || slurm.as<bool>())) {
+      pool.slurm.emplace();
+      if (slurm.IsMap()) pool.slurm->partition = Get<std::string>(slurm, "partition", "");
+    }
+    pool.queue_delay_s = Get(p, "queue_delay_s", 0.0);
     if (p["node"]) {
       pool.node.gpu_model = Get<std::string>(p["node"], "model", "H200");
       pool.node.gpus = Get(p["node"], "gpus", 8);
