@@ -103,6 +103,12 @@ void AppendCsvRow(std::initializer_list<std::string> fields, std::string* out) {
 
 }  // namespace
 
+std::string_view PoolKind(const PoolUsage& pool) {
+  if (pool.slurm) return "slurm";
+  if (pool.cloud) return pool.spot ? "spot" : "cloud";
+  return "onprem";
+}
+
 std::string_view ToString(JobEnd end) {
   switch (end) {
     case JobEnd::kCompleted:
@@ -340,6 +346,22 @@ std::string FormatTenantsCsv(const RunMetrics& metrics) {
   return out;
 }
 
+std::string FormatPoolsCsv(const SimResult& result) {
+  std::string out =
+      "pool,kind,price_per_gpu_hour,gpus_per_node,queue_delay_s,peak_nodes,nodes_provisioned,"
+      "nodes_removed,billed_node_s,ready_gpu_s,busy_gpu_s,util,cost,attempts\n";
+  for (const PoolUsage& p : result.pools) {
+    AppendCsvRow({CsvQuote(p.name), std::string(PoolKind(p)), Num(p.price_per_gpu_hour),
+                  std::to_string(p.gpus_per_node), Num(p.queue_delay_s),
+                  std::to_string(p.peak_nodes), std::to_string(p.nodes_provisioned),
+                  std::to_string(p.nodes_removed), Num(p.billed_node_s), Num(p.ready_gpu_s),
+                  Num(p.busy_gpu_s), Num(p.ready_gpu_s > 0 ? p.busy_gpu_s / p.ready_gpu_s : 0),
+                  Num(p.cost), std::to_string(p.attempts)},
+                 &out);
+  }
+  return out;
+}
+
 std::string FormatTimelineCsv(const SimResult& result) {
   std::string out = "t_s,onprem_gpus,onprem_busy,cloud_gpus,cloud_busy,pending,running\n";
   for (const TimePoint& p : result.timeline) {
@@ -560,6 +582,7 @@ Status WriteRunReport(const std::string& dir, const SimResult& result, const Run
   FERRY_RETURN_NOT_OK(WriteTextFile(dir + "/run.csv", FormatRunsCsv({metrics})));
   FERRY_RETURN_NOT_OK(WriteTextFile(dir + "/jobs.csv", FormatJobsCsv(result)));
   FERRY_RETURN_NOT_OK(WriteTextFile(dir + "/tenants.csv", FormatTenantsCsv(metrics)));
+  FERRY_RETURN_NOT_OK(WriteTextFile(dir + "/pools.csv", FormatPoolsCsv(result)));
   FERRY_RETURN_NOT_OK(WriteTextFile(dir + "/timeline.csv", FormatTimelineCsv(result)));
   FERRY_RETURN_NOT_OK(
       WriteTextFile(dir + "/timeline.svg", RenderTimelineSvg(result, metrics.label)));

@@ -80,6 +80,9 @@ std::string FormatRunsCsv(const std::vector<RunMetrics>& runs);
 std::string FormatJobsCsv(const SimResult& result);
 // One line per tenant.
 std::string FormatTenantsCsv(const RunMetrics& metrics);
+// One line per pool: its kind (PoolKind), price, nodes, available and busy
+// GPU-seconds, utilisation, cost and the attempts placed there.
+std::string FormatPoolsCsv(const SimResult& result);
 // The timeline as recorded (t, GPUs, busy GPUs, pending, running).
 std::string FormatTimelineCsv(const SimResult& result);
 // A markdown table: one row per run; the first run is the baseline for the
@@ -92,7 +95,7 @@ std::string RenderTimelineSvg(const SimResult& result, std::string_view title);
 // Writes `text` to `path`, replacing it.
 Status WriteTextFile(const std::string& path, std::string_view text);
 
-// Writes run.csv, jobs.csv, tenants.csv, timeline.csv and timeline.svg into `dir`
+// Writes run.csv, jobs.csv, tenants.csv, pools.csv, timeline.csv and timeline.svg into `dir`
 // (created when missing).
 Status WriteRunReport(const std::string& dir, const SimResult& result, const RunMetrics& metrics);
 

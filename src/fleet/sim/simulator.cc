@@ -92,7 +92,8 @@ struct SimJob {
   Phase phase = Phase::kFuture;
   int attempt = 1;
   double remaining_s = 0;  // work left (the whole duration unless checkpointing)
-  double run_start_s = 0;
+  double placed_s = 0;     // this attempt holds its GPUs from here
+  double run_start_s = 0;  // and runs from here (later on a Slurm pool: its queue delay)
   bool times_out = false;  // this attempt ends by its time limit
   bool terminating = false;
 };
@@ -194,6 +195,8 @@ Result<SimResult> Engine::Run() {
     usage.name = pool.name;
     usage.cloud = pool.cloud;
     usage.spot = pool.spot;
+    usage.slurm = pool.slurm.has_value();
+    usage.queue_delay_s = pool.slurm ? std::max(0.0, pool.queue_delay_s) : 0;
     usage.price_per_gpu_hour = pool.price_per_gpu_hour;
     usage.gpus_per_node = pool.node.gpus;
     if (pool.cloud) {
@@ -341,7 +344,7 @@ Result<SimResult> Engine::Run() {
         for (const TaskPlacement& task :
              snapshot_.running[static_cast<size_t>(running_slot_[j])].tasks) {
           const SimNode& host = node(task.node_id);
-          const double held = (end - jobs_[j].run_start_s) * task.gpu_indices.size();
+          const double held = (end - jobs_[j].placed_s) * task.gpu_indices.size();
           outcome.gpu_seconds += held;
           outcome.cost +=
               held * pools_[static_cast<size_t>(host.pool)].config->price_per_gpu_hour / 3600.0;
@@ -418,7 +421,7 @@ void Engine::Arrive(int job) {
 
 void Engine::Requeue(int job, bool interrupted) {
   SimJob& state = jobs_[static_cast<size_t>(job)];
-  const double ran = now_ - state.run_start_s;
+  const double ran = std::max(0.0, now_ - state.run_start_s);
   state.remaining_s = options_.checkpoint ? std::max(0.0, state.remaining_s - ran)
                                           : trace_[static_cast<size_t>(job)].duration_s;
   state.attempt += 1;
@@ -597,6 +600,14 @@ void Engine::ApplyPlacement(const Placement& placement) {
     }
   }
 
+  // A Slurm pool runs the job after its queue delay (the longest of the gang's pools).
+  double queue_delay = 0;
+  for (const int64_t id : ids) {
+    queue_delay =
+        std::max(queue_delay, result_.pools[static_cast<size_t>(node(id).pool)].queue_delay_s);
+  }
+  const double limit = t.max_runtime_s;
+
   // Take it.
   sched::RunningJob running;
   running.job_id = job_id;
@@ -607,7 +618,8 @@ void Engine::ApplyPlacement(const Placement& placement) {
   running.priority = t.priority;
   running.preemptible = t.preemptible;
   running.started_s = now_;
-  running.max_runtime_s = t.max_runtime_s;
+  // The core plans with started_s + max_runtime_s: the hold lasts the queue delay longer.
+  running.max_runtime_s = limit > 0 ? limit + queue_delay : 0;
   running.cpus_per_task = t.cpus_per_task;
   running.memory_mb_per_task = t.memory_mb_per_task;
   running.tasks.reserve(placement.tasks.size());
@@ -650,28 +662,33 @@ void Engine::ApplyPlacement(const Placement& placement) {
   running_slot_[static_cast<size_t>(job)] = static_cast<int>(snapshot_.running.size());
   snapshot_.running.push_back(std::move(running));
 
+  const double run_start = now_ + queue_delay;
   JobOutcome& outcome = result_.jobs[static_cast<size_t>(job)];
-  if (outcome.first_start_s < 0) outcome.first_start_s = now_;
-  outcome.last_start_s = now_;
+  if (outcome.first_start_s < 0) outcome.first_start_s = run_start;
+  outcome.last_start_s = run_start;
+  outcome.last_placed_s = now_;
   ++outcome.attempts;
-  outcome.pool = pools_[static_cast<size_t>(node(ids[0]).pool)].config->name;
+  const int first_pool = node(ids[0]).pool;
+  outcome.pool = pools_[static_cast<size_t>(first_pool)].config->name;
   outcome.cloud = on_cloud;
+  ++result_.pools[static_cast<size_t>(first_pool)].attempts;
   ++result_.placements;
   tenant_held_[static_cast<size_t>(tenant_of_[static_cast<size_t>(job)])] += Gpus(job);
 
   state.phase = Phase::kRunning;
-  state.run_start_s = now_;
+  state.placed_s = now_;
+  state.run_start_s = run_start;
   state.terminating = false;
-  const double limit = t.max_runtime_s;
   state.times_out = limit > 0 && state.remaining_s > limit;
-  Push(now_ + (state.times_out ? limit : state.remaining_s), EventKind::kEnd, job, state.attempt);
+  Push(run_start + (state.times_out ? limit : state.remaining_s), EventKind::kEnd, job,
+       state.attempt);
 }
 
 void Engine::Release(int job, int64_t lost_node) {
   SimJob& state = jobs_[static_cast<size_t>(job)];
   const size_t slot = static_cast<size_t>(running_slot_[static_cast<size_t>(job)]);
   JobOutcome& outcome = result_.jobs[static_cast<size_t>(job)];
-  const double held_s = now_ - state.run_start_s;
+  const double held_s = now_ - state.placed_s;
   const TraceJob& t = trace_[static_cast<size_t>(job)];
   for (const TaskPlacement& task : snapshot_.running[slot].tasks) {
     SimNode& host = node(task.node_id);

@@ -59,6 +59,9 @@ struct JobOutcome {
   std::string pool;            // pool of the last attempt's first task
   bool cloud = false;          // whether the last attempt ran (partly) on cloud nodes
   std::string pending_reason;  // unfinished jobs: the core's last reason
+  // Start times count from when an attempt really runs: on a Slurm pool's
+  // nodes, queue_delay_s after its placement (its GPUs are held from the placement).
+  double last_placed_s = -1;  // placement of the last attempt (-1: never placed)
 };
 
 // The cluster's state after the events of one instant.
@@ -75,6 +78,8 @@ struct PoolUsage {
   std::string name;
   bool cloud = false;
   bool spot = false;
+  bool slurm = false;        // a Slurm cluster's pool (on-prem-like: its nodes always exist)
+  double queue_delay_s = 0;  // Slurm: from placement to the start of the run
   double price_per_gpu_hour = 0;
   int gpus_per_node = 0;
   int64_t nodes_provisioned = 0;  // cloud: nodes requested and created
@@ -84,7 +89,11 @@ struct PoolUsage {
   double ready_gpu_s = 0;    // GPU-seconds on READY nodes (available capacity)
   double busy_gpu_s = 0;     // GPU-seconds held by jobs
   double cost = 0;           // billed_node_s × gpus_per_node × price / 3600
+  int64_t attempts = 0;      // attempts placed with their first task here
 };
+
+// "onprem", "slurm", "cloud" or "spot".
+std::string_view PoolKind(const PoolUsage& pool);
 
 // A tenant's GPU share over the run, for the share-based fairness index.
 struct TenantShare {
@@ -115,9 +124,11 @@ struct SimResult {
 };
 
 // Runs `trace` (any order; replayed by submit_s) on a cluster built from `config`.
-// On-prem pools: PoolConfig.nodes nodes of PoolConfig.node, in interconnect domains
-// of nodes_per_domain. Cloud pools start empty. Spot pools are interrupted at their
-// provider's spot_interruptions_per_hour. Fails on an invalid config or trace.
+// On-prem and Slurm pools: PoolConfig.nodes nodes of PoolConfig.node, in interconnect
+// domains of nodes_per_domain. Cloud pools start empty. Spot pools are interrupted at
+// their provider's spot_interruptions_per_hour. A job placed on a Slurm pool holds its
+// GPUs from the placement and runs queue_delay_s later. No provider is contacted.
+// Fails on an invalid config or trace.
 Result<SimResult> Simulate(const sched::Config& config, const std::vector<TraceJob>& trace,
                            const SimOptions& options);
 

@@ -44,6 +44,26 @@ sched::ProviderConfig Provider(double spot_interruptions_per_hour) {
   return provider;
 }
 
+// A Slurm cluster's pool: `nodes` permanent nodes, jobs run `queue_delay_s`
+// after their placement. Its provider (type slurm) is never contacted.
+sched::PoolConfig Slurm(const std::string& name, int nodes, int gpus, double price,
+                        double queue_delay_s) {
+  sched::PoolConfig pool = OnPrem(name, nodes, gpus, price);
+  pool.provider = "hpc";
+  pool.slurm.emplace();
+  pool.slurm->partition = "gpu";
+  pool.queue_delay_s = queue_delay_s;
+  return pool;
+}
+
+sched::ProviderConfig SlurmProvider() {
+  sched::ProviderConfig provider;
+  provider.name = "hpc";
+  provider.type = "slurm";
+  provider.params["url"] = "http://slurm.invalid:6820";
+  return provider;
+}
+
 TraceJob Job(const std::string& id, double submit_s, double duration_s, int tasks, int gpus,
              const std::string& tenant = "t") {
   TraceJob job;
@@ -256,6 +276,74 @@ TEST(Simulator, CloudProvisioningDelayRespected) {
   ASSERT_OK_AND_ASSIGN(SimResult local, Simulate(config, trace, Instant()));
   EXPECT_DOUBLE_EQ(local.jobs[1].first_start_s, 1000);
   EXPECT_EQ(local.pools[1].nodes_provisioned, 0);
+}
+
+// A Slurm pool of one 8-GPU node with a 120 s queue:
+//   j1 t=0  8 GPUs 100 s → placed at 0, runs [120, 220]
+//   j2 t=0  8 GPUs  50 s → placed at 220 when j1 frees the node, runs [340, 390]
+// The GPUs are held (and counted busy) from the placement.
+TEST(Simulator, SlurmQueueDelayStartsTheRunLater) {
+  sched::Config config;
+  config.pools = {Slurm("hpc", 1, 8, 1.0, 120)};
+  config.providers = {SlurmProvider()};
+  std::vector<TraceJob> trace = {Job("j1", 0, 100, 1, 8), Job("j2", 0, 50, 1, 8)};
+  ASSERT_OK_AND_ASSIGN(SimResult result, Simulate(config, trace, Instant()));
+  ASSERT_EQ(result.jobs[0].end, JobEnd::kCompleted);
+  ASSERT_EQ(result.jobs[1].end, JobEnd::kCompleted);
+  EXPECT_DOUBLE_EQ(result.jobs[0].last_placed_s, 0);
+  EXPECT_DOUBLE_EQ(result.jobs[0].first_start_s, 120);
+  EXPECT_DOUBLE_EQ(result.jobs[0].end_s, 220);
+  EXPECT_DOUBLE_EQ(result.jobs[1].last_placed_s, 220);
+  EXPECT_DOUBLE_EQ(result.jobs[1].first_start_s, 340);
+  EXPECT_DOUBLE_EQ(result.jobs[1].end_s, 390);
+  EXPECT_EQ(result.jobs[0].pool, "hpc");
+  EXPECT_FALSE(result.jobs[0].cloud);
+  EXPECT_DOUBLE_EQ(result.jobs[0].gpu_seconds, 8 * 220);
+  EXPECT_DOUBLE_EQ(result.jobs[1].gpu_seconds, 8 * 170);
+  EXPECT_EQ(result.conflicts, 0);
+
+  ASSERT_EQ(result.pools.size(), 1u);
+  EXPECT_TRUE(result.pools[0].slurm);
+  EXPECT_EQ(PoolKind(result.pools[0]), "slurm");
+  EXPECT_EQ(result.pools[0].attempts, 2);
+  EXPECT_DOUBLE_EQ(result.pools[0].busy_gpu_s, 8 * 390);
+  RunMetrics m = ComputeMetrics(result, "slurm");
+  EXPECT_DOUBLE_EQ(m.avg_queue_s, (120 + 340) / 2.0);  // waits count until the run starts
+  EXPECT_DOUBLE_EQ(m.util_onprem, 1.0);                // a Slurm pool is on-prem capacity
+  const std::string pools = FormatPoolsCsv(result);
+  EXPECT_NE(pools.find("\nhpc,slurm,1,8,120,1,0,0,"), std::string::npos) << pools;
+}
+
+// Latency scoring: a free Slurm node behind a 300 s queue loses to a cloud
+// node ready in 60 s; behind a 10 s queue it wins. Cost scoring keeps the job
+// on the cheaper Slurm pool whatever its queue.
+TEST(Simulator, SlurmQueueVersusCloudBurst) {
+  auto run = [](double queue_delay_s, sched::Scoring scoring) {
+    sched::Config config;
+    config.pools = {Slurm("hpc", 1, 8, 1.0, queue_delay_s), Cloud("fast", 8, 4.0, 60, 2)};
+    config.providers = {SlurmProvider(), Provider(0)};
+    config.default_scoring = scoring;
+    std::vector<TraceJob> trace = {Job("j", 0, 100, 1, 8)};
+    auto result = Simulate(config, trace, Instant());
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    return result.ok() ? result->jobs[0] : JobOutcome{};
+  };
+  const JobOutcome slow = run(300, sched::Scoring::kLatency);
+  EXPECT_EQ(slow.pool, "fast");
+  EXPECT_TRUE(slow.cloud);
+  EXPECT_DOUBLE_EQ(slow.first_start_s, 60);
+  EXPECT_DOUBLE_EQ(slow.end_s, 160);
+
+  const JobOutcome quick = run(10, sched::Scoring::kLatency);
+  EXPECT_EQ(quick.pool, "hpc");
+  EXPECT_FALSE(quick.cloud);
+  EXPECT_DOUBLE_EQ(quick.first_start_s, 10);
+  EXPECT_DOUBLE_EQ(quick.end_s, 110);
+
+  const JobOutcome cheap = run(300, sched::Scoring::kCost);
+  EXPECT_EQ(cheap.pool, "hpc");
+  EXPECT_DOUBLE_EQ(cheap.first_start_s, 300);
+  EXPECT_DOUBLE_EQ(cheap.end_s, 400);
 }
 
 TEST(Simulator, MaxRuntimeKillsAndFails) {
