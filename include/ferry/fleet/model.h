@@ -70,6 +70,11 @@ inline constexpr std::string_view kPreemptedForFairShare =
     "PREEMPTED_FOR_FAIR_SHARE";  // borrowed capacity reclaimed
 inline constexpr std::string_view kSpotInterrupted =
     "SPOT_INTERRUPTED";  // the provider took the node back
+// Resource managers (Slurm pools).
+inline constexpr std::string_view kPreemptedByResourceManager =
+    "PREEMPTED_BY_RESOURCE_MANAGER";  // Slurm preempted the job for its own work
+inline constexpr std::string_view kResourceManagerUnreachable =
+    "RESOURCE_MANAGER_UNREACHABLE";  // handed to Slurm, whose controller does not answer
 }  // namespace reason
 
 enum class Role {
@@ -189,6 +194,9 @@ struct Gpu {
   // That job's tenant: the API shows job_id only to its tenant and to
   // platform admins (others see the GPU as allocated, not by what).
   std::optional<int64_t> job_tenant_id;
+  // Held by the node's resource manager for work Ferry does not own (a
+  // Slurm job of another user): not free, and no job of Ferry's holds it.
+  bool external = false;
 };
 
 // GPU models compare case-insensitively ("h100" is "H100"). Every comparison
@@ -213,6 +221,13 @@ struct Node {
   int64_t last_heartbeat_ms = 0;
   int64_t lease_expires_at_ms = 0;
   std::vector<Gpu> gpus;
+  // Set by the node's resource manager (Slurm pools): why it takes no new
+  // work ("slurm: DRAIN (maintenance)", "slurm: controller unreachable");
+  // empty when it may. Independent of `drain`, which is Ferry's own.
+  std::string unavailable;
+  // CPUs and memory the resource manager has given to work Ferry does not own.
+  double external_cpus = 0;
+  int64_t external_memory_mb = 0;
 };
 
 struct Pool {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ferry/base/status.h"
@@ -65,6 +66,29 @@ struct NodeShape {
   int64_t memory_mb = int64_t{1024} * 1024;
 };
 
+// The Slurm account and QoS for the jobs of a tenant, team or user
+// ("tenant", "tenant/team" or "tenant/team/user").
+struct SlurmAccountConfig {
+  std::string path;
+  std::string account;  // empty: the pool's account
+  std::string qos;      // empty: the pool's qos
+};
+
+// What makes a pool a Slurm cluster's (docs/slurm.md): its nodes, GPUs and
+// their use come from Slurm, and jobs placed on it run as Slurm jobs.
+struct SlurmPoolConfig {
+  std::string partition;  // empty: the cluster's default partition, and every node it lists
+  std::string account;    // for jobs no `accounts` entry covers; empty: Slurm's default
+  std::string qos;
+  std::vector<SlurmAccountConfig> accounts;  // the longest matching path wins
+  // The Slurm time limit of jobs without max_runtime_seconds; 0: the partition's.
+  int time_limit_minutes = 0;
+
+  // The account and QoS for a job of tenant/team/user.
+  std::pair<std::string, std::string> AccountFor(const std::string& tenant, const std::string& team,
+                                                 const std::string& user) const;
+};
+
 struct PoolConfig {
   std::string name;
   bool cloud = false;               // nodes come from a provider on demand
@@ -78,6 +102,12 @@ struct PoolConfig {
   NodeShape node;
   std::vector<std::string> datasets;  // data sets held in this pool (for kLocality)
   double idle_timeout_s = 300;        // cloud: nodes idle this long are scaled down
+  // Set: a Slurm pool, reached through `provider` (a ProviderConfig of type "slurm").
+  std::optional<SlurmPoolConfig> slurm;
+  // Slurm pools: the expected wait in Slurm's own queue once Ferry hands a
+  // job over (latency scoring counts it like a provisioning delay; `ferry
+  // sim` starts jobs on the pool this much later).
+  double queue_delay_s = 0;
 };
 
 // Jobs choose a pool set by name (JobSpec::pool_set / PendingJob::pool_set);
@@ -140,8 +170,10 @@ struct BurstConfig {
 // Provider adapters (include/ferry/fleet/provider.h).
 struct ProviderConfig {
   std::string name;
-  std::string type = "local";  // "local": real `ferry agent` processes on this machine
-  int max_attempts = 4;        // per call, with exponential back-off and full jitter
+  // "local": real `ferry agent` processes on this machine (cloud pools);
+  // "slurm": a Slurm cluster (Slurm pools; params in docs/slurm.md).
+  std::string type = "local";
+  int max_attempts = 4;  // per call, with exponential back-off and full jitter
   double backoff_base_s = 0.2;
   double backoff_max_s = 5;
   int breaker_failures = 5;                   // consecutive failed calls that open the circuit

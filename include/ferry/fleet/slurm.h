@@ -138,7 +138,14 @@ struct JobFilter {
   bool Matches(const Job& job) const;
 };
 
-// A batch job to submit: one task per node on `nodes` nodes.
+// A Slurm host list ("n1", "n[1-3,7],gpu-[01-02]", "a,b") as node names,
+// in order; an error for a malformed list.
+Result<std::vector<std::string>> ExpandHostList(std::string_view list);
+
+// A batch job to submit: `tasks_per_node` tasks on each of `nodes` nodes
+// (`--nodes N --ntasks-per-node K --gpus-per-node G`), or, with `tasks`
+// set, that many tasks spread over the nodes as Slurm sees fit, each with
+// `gpus_per_task` GPUs (`--ntasks T --gpus-per-task G`).
 struct SubmitRequest {
   std::string name;                     // Ferry's tag
   std::string comment;                  // Ferry's tag (survives renames by admins)
@@ -147,6 +154,13 @@ struct SubmitRequest {
   int gpus_per_node = 0;
   std::string gpu_type;  // GRES type ("h200"); empty: any
   int tasks_per_node = 1;
+  int tasks = 0;                   // set: the total task count (tasks_per_node is then not sent)
+  int gpus_per_task = 0;           // with `tasks`: GPUs per task instead of gpus_per_node
+  int cpus_per_task = 0;           // 0: Slurm's default (1)
+  int64_t memory_mb_per_node = 0;  // 0: the cluster's default
+  // Nodes the job must run on (`--nodelist`, v0.0.40+'s required_nodes).
+  // v0.0.36-v0.0.38 have no such field: there Slurm picks the nodes.
+  std::vector<std::string> nodelist;
   int time_limit_minutes = 0;            // 0: the partition's limit
   std::string working_dir;               // required, absolute
   std::string stdout_path, stderr_path;  // Slurm patterns (%j) allowed

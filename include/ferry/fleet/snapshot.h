@@ -109,9 +109,11 @@ struct Snapshot {
 // ---- From the fleet model to what a cycle reads (the store and the server
 // use these; times become seconds).
 
-// A registered node: schedulable when READY and not drained, a GPU free when
-// no open allocation holds it, its "domain" label as its interconnect domain.
-// Usage (cpus_used, memory_mb_used) and idle_since_s keep their defaults.
+// A registered node: schedulable when READY, not drained and not made
+// unavailable by its resource manager; a GPU free when no open allocation
+// and no outside (resource manager) use holds it; its "domain" label as its
+// interconnect domain. Usage (cpus_used, memory_mb_used) starts at the
+// outside use; the store adds its open allocations. idle_since_s keeps its default.
 NodeInfo ToNodeInfo(const Node& node);
 
 // An attempt of `job` holding open allocations (`tasks`), admitted at

@@ -208,8 +208,21 @@ struct TaskRef {
   bool operator==(const TaskRef&) const = default;
 };
 
+// What a node's resource manager (Slurm) reports beyond Ferry's own work.
+struct ExternalUse {
+  std::string unavailable;  // why no new work may go there; empty: it may
+  int gpus = 0;             // GPUs given to work Ferry does not own
+  double cpus = 0;
+  int64_t memory_mb = 0;
+};
+
 struct TaskReport {
-  enum class Kind { kStarted, kExited, kLaunchFailed };
+  // kStarted, kExited and kLaunchFailed are one task's. The rest end the
+  // whole attempt, as the resource manager running it (Slurm) decided:
+  // kLost (the attempt is LOST: a node failed under it; requeued by the
+  // retry rules), kPreempted (PREEMPTED with PREEMPTED_BY_RESOURCE_MANAGER;
+  // requeued) and kTimedOut (TIMEOUT, MAX_RUNTIME_EXCEEDED).
+  enum class Kind { kStarted, kExited, kLaunchFailed, kLost, kPreempted, kTimedOut };
   TaskRef ref;
   Kind kind = Kind::kStarted;
   std::optional<int> exit_code;  // kExited: the exit status, or unset when killed by a signal
@@ -413,6 +426,20 @@ class Store {
   virtual Result<std::vector<Pool>> ListPools() = 0;
   // false when the node does not exist.
   virtual Result<bool> SetDrain(const std::string& name, bool drain) = 0;
+  // Records what the node's resource manager reports (Slurm pools): the
+  // node's `unavailable` text, its external CPUs and memory, and use.gpus of
+  // its GPUs without an open allocation marked external (those marked
+  // already first, then the highest indices; the rest unmarked; fewer when
+  // Ferry holds the others). false when the node does not exist.
+  virtual Result<bool> SetExternalUse(const std::string& name, const ExternalUse& use) = 0;
+  // A note on a live attempt from whatever runs it (the Slurm controller):
+  // an event of `type` (e.g. "slurm_submitted") carrying `message`, and when
+  // `reason` is not empty the job's reason becomes it (an event only when it
+  // changes, and none when `type` is empty). false when the attempt is not the job's live
+  // one (nothing written).
+  virtual Result<bool> NoteAttempt(int64_t job_id, int attempt, const std::string& type,
+                                   const std::string& reason, const std::string& message,
+                                   const std::string& actor, int64_t now_ms) = 0;
   // Renews the lease, applies reports (fenced: reports for an attempt that is
   // not the job's current one are ignored), and says what to start and stop.
   virtual Result<SyncResult> SyncNode(const SyncRequest& request) = 0;

@@ -365,6 +365,74 @@ TEST(SchedConfigErrors, ValidationErrorsNameTheLine) {
             "t.yaml:2:23: shares[0].shares: must be > 0");
 }
 
+TEST(SchedConfig, SlurmPoolParsesAndMapsAccounts) {
+  auto config = ParseSchedulerConfig(R"(
+providers:
+  - {name: hpc, type: slurm, params: {endpoint: "unix:/run/slurmrestd.sock"}}
+pools:
+  - name: hpc
+    provider: hpc
+    price_per_gpu_hour: 1.5
+    queue_delay_s: 45
+    slurm:
+      partition: gpu
+      account: general
+      qos: normal
+      time_limit_minutes: 120
+      accounts:
+        - {path: acme, account: acme-gpu}
+        - {path: acme/vision, qos: high}
+        - {path: acme/vision/ana, account: ana-private}
+)",
+                                     "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->pools.size(), 1u);
+  const sched::PoolConfig& pool = config->pools[0];
+  ASSERT_TRUE(pool.slurm.has_value());
+  EXPECT_FALSE(pool.cloud);
+  EXPECT_EQ(pool.queue_delay_s, 45);
+  EXPECT_EQ(pool.slurm->partition, "gpu");
+  EXPECT_EQ(pool.slurm->time_limit_minutes, 120);
+  EXPECT_EQ(config->providers[0].type, "slurm");
+  using Pair = std::pair<std::string, std::string>;
+  EXPECT_EQ(pool.slurm->AccountFor("other", "t", "u"), Pair("general", "normal"));
+  EXPECT_EQ(pool.slurm->AccountFor("acme", "nlp", "bo"), Pair("acme-gpu", "normal"));
+  EXPECT_EQ(pool.slurm->AccountFor("acme", "vision", "bo"), Pair("acme-gpu", "high"));
+  EXPECT_EQ(pool.slurm->AccountFor("acme", "vision", "ana"), Pair("ana-private", "high"));
+  // A pool without a `slurm` section is not a Slurm pool.
+  auto plain = ParseSchedulerConfig("pools:\n  - name: a\n", "t.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->pools[0].slurm.has_value());
+}
+
+TEST(SchedConfigErrors, SlurmPoolsAreChecked) {
+  const std::string provider = "providers:\n  - {name: hpc, type: slurm}\n  - {name: l}\n";
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    slurm: {}\n"),
+            "t.yaml:5:5: pools[0].provider: a Slurm pool needs a provider of type slurm");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: l\n    slurm: {}\n"),
+            "t.yaml:6:15: pools[0].provider: provider 'l' is not of type slurm");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: hpc\n"),
+            "t.yaml:6:15: pools[0].provider: provider 'hpc' is of type slurm: the pool needs a "
+            "`slurm` section");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: hpc\n    cloud: true\n"
+                               "    slurm: {}\n"),
+            "t.yaml:7:12: pools[0].cloud: a Slurm pool is not a cloud pool");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: hpc\n"
+                               "    slurm: {accounts: [{path: /x, account: y}]}\n"),
+            "t.yaml:7:31: pools[0].slurm.accounts[0].path: must be tenant, tenant/team or "
+            "tenant/team/user");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: hpc\n"
+                               "    slurm: {parition: x}\n"),
+            "t.yaml:7:13: pools[0].slurm.parition: unknown key (expected partition, account, "
+            "qos, accounts or time_limit_minutes)");
+  EXPECT_EQ(ErrorOf(provider + "pools:\n  - name: a\n    provider: hpc\n    queue_delay_s: -1\n"
+                               "    slurm: {}\n"),
+            "t.yaml:7:20: pools[0].queue_delay_s: must be >= 0");
+  EXPECT_EQ(ErrorOf("providers:\n  - {name: p, type: aws}\n"),
+            "t.yaml:2:21: providers[0].type: unknown provider type 'aws' (expected local or "
+            "slurm)");
+}
+
 TEST(SchedConfigErrors, LoadNamesTheFile) {
   auto missing = LoadSchedulerConfig("/nonexistent/fleet.yaml");
   ASSERT_FALSE(missing.ok());

@@ -244,6 +244,18 @@ class Parser {
   std::map<std::string, SourceLocation> locations_;
 };
 
+template <typename T>
+Status ReadList(Parser& p, const Ref& ref, const std::string& path, std::vector<T>* out,
+                Status (*read)(Parser&, const Ref&, const std::string&, T*)) {
+  out->clear();
+  return p.Sequence(ref, path, [&](const Ref& item, const std::string& item_path) {
+    T value;
+    FERRY_RETURN_NOT_OK(read(p, item, item_path, &value));
+    out->push_back(std::move(value));
+    return Status::OK();
+  });
+}
+
 Status ReadShape(Parser& p, const Ref& ref, const std::string& path, sched::NodeShape* shape) {
   return p.Mapping(ref, path, {"gpu_model", "gpus", "gpu_memory_mb", "cpus", "memory_mb"},
                    [&](const std::string& key, const Ref& value, const std::string& at) {
@@ -252,6 +264,29 @@ Status ReadShape(Parser& p, const Ref& ref, const std::string& path, sched::Node
                      if (key == "gpu_memory_mb") return p.Int64(value, at, &shape->gpu_memory_mb);
                      if (key == "cpus") return p.Double(value, at, &shape->cpus);
                      return p.Int64(value, at, &shape->memory_mb);
+                   });
+}
+
+Status ReadSlurmAccount(Parser& p, const Ref& ref, const std::string& path,
+                        sched::SlurmAccountConfig* entry) {
+  return p.Mapping(ref, path, {"path", "account", "qos"},
+                   [&](const std::string& key, const Ref& value, const std::string& at) {
+                     if (key == "path") return p.String(value, at, &entry->path);
+                     if (key == "account") return p.String(value, at, &entry->account);
+                     return p.String(value, at, &entry->qos);
+                   });
+}
+
+Status ReadSlurmPool(Parser& p, const Ref& ref, const std::string& path,
+                     sched::SlurmPoolConfig* slurm) {
+  return p.Mapping(ref, path, {"partition", "account", "qos", "accounts", "time_limit_minutes"},
+                   [&](const std::string& key, const Ref& value, const std::string& at) {
+                     if (key == "partition") return p.String(value, at, &slurm->partition);
+                     if (key == "account") return p.String(value, at, &slurm->account);
+                     if (key == "qos") return p.String(value, at, &slurm->qos);
+                     if (key == "accounts")
+                       return ReadList(p, value, at, &slurm->accounts, &ReadSlurmAccount);
+                     return p.Int(value, at, &slurm->time_limit_minutes);
                    });
 }
 
@@ -267,7 +302,9 @@ Status ReadPool(Parser& p, const Ref& ref, const std::string& path, sched::PoolC
                                                  "nodes_per_domain",
                                                  "node",
                                                  "datasets",
-                                                 "idle_timeout_s"};
+                                                 "idle_timeout_s",
+                                                 "slurm",
+                                                 "queue_delay_s"};
   return p.Mapping(ref, path, kKeys,
                    [&](const std::string& key, const Ref& value, const std::string& at) {
                      if (key == "name") return p.String(value, at, &pool->name);
@@ -286,6 +323,11 @@ Status ReadPool(Parser& p, const Ref& ref, const std::string& path, sched::PoolC
                        return p.Int(value, at, &pool->nodes_per_domain);
                      if (key == "node") return ReadShape(p, value, at, &pool->node);
                      if (key == "datasets") return p.StringList(value, at, &pool->datasets);
+                     if (key == "slurm") {
+                       pool->slurm.emplace();
+                       return ReadSlurmPool(p, value, at, &*pool->slurm);
+                     }
+                     if (key == "queue_delay_s") return p.Double(value, at, &pool->queue_delay_s);
                      return p.Double(value, at, &pool->idle_timeout_s);
                    });
 }
@@ -371,18 +413,6 @@ Status ReadProvider(Parser& p, const Ref& ref, const std::string& path,
                            return Status::OK();
                          });
       });
-}
-
-template <typename T>
-Status ReadList(Parser& p, const Ref& ref, const std::string& path, std::vector<T>* out,
-                Status (*read)(Parser&, const Ref&, const std::string&, T*)) {
-  out->clear();
-  return p.Sequence(ref, path, [&](const Ref& item, const std::string& item_path) {
-    T value;
-    FERRY_RETURN_NOT_OK(read(p, item, item_path, &value));
-    out->push_back(std::move(value));
-    return Status::OK();
-  });
 }
 
 Status ReadConfig(Parser& p, const Ref& root, sched::Config* config) {

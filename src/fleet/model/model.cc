@@ -82,12 +82,12 @@ std::vector<Pool> SummarisePools(const std::vector<Node>& nodes) {
     Pool& p = pools[n.pool];
     p.name = n.pool;
     ++p.nodes;
-    const bool usable = n.state == NodeState::kReady && !n.drain;
+    const bool usable = n.state == NodeState::kReady && !n.drain && n.unavailable.empty();
     if (n.state == NodeState::kReady) ++p.nodes_ready;
     for (const Gpu& g : n.gpus) {
       ++p.gpus;
       ++p.gpus_by_model[g.model];
-      if (usable && !g.job_id) ++p.gpus_free;
+      if (usable && !g.job_id && !g.external) ++p.gpus_free;
     }
   }
   std::vector<Pool> out;

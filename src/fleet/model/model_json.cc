@@ -392,6 +392,7 @@ json ToJson(const Node& node) {
                     {"memory_mb", gpu.memory_mb},
                     {"uuid", gpu.uuid},
                     {"allocated", gpu.job_id.has_value() || gpu.job_tenant_id.has_value()},
+                    {"external", gpu.external},
                     {"job_id", gpu.job_id ? json(*gpu.job_id) : json(nullptr)}});
   }
   return {{"name", node.name},
@@ -401,6 +402,9 @@ json ToJson(const Node& node) {
           {"memory_mb", node.memory_mb},
           {"state", ToString(node.state)},
           {"drain", node.drain},
+          {"unavailable", node.unavailable},
+          {"external_cpus", node.external_cpus},
+          {"external_memory_mb", node.external_memory_mb},
           {"registered_at", TimestampJson(node.registered_at_ms)},
           {"last_heartbeat", TimestampJson(node.last_heartbeat_ms)},
           {"lease_expires_at", TimestampJson(node.lease_expires_at_ms)},

@@ -12,11 +12,16 @@ NodeInfo ToNodeInfo(const Node& node) {
   if (auto it = node.labels.find("domain"); it != node.labels.end()) info.domain = it->second;
   info.gpus.reserve(node.gpus.size());
   for (const Gpu& gpu : node.gpus) {
-    info.gpus.push_back({gpu.id, gpu.index, gpu.model, gpu.memory_mb, !gpu.job_id.has_value()});
+    info.gpus.push_back(
+        {gpu.id, gpu.index, gpu.model, gpu.memory_mb, !gpu.job_id.has_value() && !gpu.external});
   }
   info.cpus = node.cpus;
   info.memory_mb = node.memory_mb;
-  info.schedulable = node.state == NodeState::kReady && !node.drain;
+  info.schedulable = node.state == NodeState::kReady && !node.drain && node.unavailable.empty();
+  // What the resource manager gave to others counts as used; the store adds
+  // Ferry's own allocations.
+  info.cpus_used = node.external_cpus;
+  info.memory_mb_used = node.external_memory_mb;
   return info;
 }
 

@@ -80,6 +80,20 @@ TEST(ToNodeInfo, DomainFreeGpusAndSchedulable) {
   EXPECT_EQ(nb.domain, "");
   EXPECT_FALSE(nb.schedulable);  // drained
   EXPECT_FALSE(ToNodeInfo(lost).schedulable);
+
+  // A Slurm node: what Slurm gave to others is neither free nor schedulable.
+  Node slurm = MakeNode(4, "hpc-n1", 2, 40);
+  slurm.gpus[1].external = true;
+  slurm.external_cpus = 6;
+  slurm.external_memory_mb = 2048;
+  const NodeInfo ns = ToNodeInfo(slurm);
+  EXPECT_TRUE(ns.gpus[0].free);
+  EXPECT_FALSE(ns.gpus[1].free);
+  EXPECT_DOUBLE_EQ(ns.cpus_used, 6);
+  EXPECT_EQ(ns.memory_mb_used, 2048);
+  EXPECT_TRUE(ns.schedulable);
+  slurm.unavailable = "slurm: DRAIN (maintenance)";
+  EXPECT_FALSE(ToNodeInfo(slurm).schedulable);
 }
 
 TEST(ToRunningJob, OwnersSpecAndStart) {

@@ -1,4 +1,5 @@
-// Config::Validate and the names of the ordering and scoring policies.
+// Config::Validate, the names of the ordering and scoring policies and the
+// Slurm account mapping.
 #include <cmath>
 #include <set>
 #include <string>
@@ -52,6 +53,22 @@ std::optional<Scoring> ParseScoring(std::string_view text) {
   return std::nullopt;
 }
 
+std::pair<std::string, std::string> SlurmPoolConfig::AccountFor(const std::string& tenant,
+                                                                const std::string& team,
+                                                                const std::string& user) const {
+  std::pair<std::string, std::string> out{account, qos};
+  const std::string paths[] = {tenant, tenant + "/" + team, tenant + "/" + team + "/" + user};
+  // The longest matching path wins: walk from the tenant down.
+  for (const std::string& path : paths) {
+    for (const SlurmAccountConfig& entry : accounts) {
+      if (entry.path != path) continue;
+      if (!entry.account.empty()) out.first = entry.account;
+      if (!entry.qos.empty()) out.second = entry.qos;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // Collects the first problem found; later checks are skipped.
@@ -103,6 +120,7 @@ bool ValidPath(const std::string& path) {
 Status Config::Validate() const {
   Checker check;
   std::set<std::string> provider_names;
+  std::map<std::string, std::string> provider_types;
   for (size_t i = 0; i < providers.size(); ++i) {
     const ProviderConfig& p = providers[i];
     const std::string f = At("providers", i);
@@ -110,6 +128,10 @@ Status Config::Validate() const {
     if (!provider_names.insert(p.name).second)
       check.Fail(f + ".name", "duplicate '" + p.name + "'");
     check.NotEmpty(f + ".type", p.type);
+    if (!p.type.empty() && p.type != "local" && p.type != "slurm") {
+      check.Fail(f + ".type", "unknown provider type '" + p.type + "' (expected local or slurm)");
+    }
+    provider_types[p.name] = p.type;
     check.AtLeast(f + ".max_attempts", p.max_attempts, 1);
     check.AtLeast(f + ".backoff_base_s", p.backoff_base_s, 0);
     check.AtLeast(f + ".backoff_max_s", p.backoff_max_s, 0);
@@ -150,6 +172,31 @@ Status Config::Validate() const {
     if (p.node.gpus > 0) check.NotEmpty(f + ".node.gpu_model", p.node.gpu_model);
     if (!p.provider.empty() && !provider_names.count(p.provider)) {
       check.Fail(f + ".provider", "no provider named '" + p.provider + "'");
+    }
+    check.AtLeast(f + ".queue_delay_s", p.queue_delay_s, 0);
+    const auto type = provider_types.find(p.provider);
+    const bool slurm_provider = type != provider_types.end() && type->second == "slurm";
+    if (p.slurm) {
+      if (p.cloud) check.Fail(f + ".cloud", "a Slurm pool is not a cloud pool");
+      if (p.provider.empty()) {
+        check.Fail(f + ".provider", "a Slurm pool needs a provider of type slurm");
+      } else if (type != provider_types.end() && !slurm_provider) {
+        check.Fail(f + ".provider", "provider '" + p.provider + "' is not of type slurm");
+      }
+      check.AtLeast(f + ".slurm.time_limit_minutes", p.slurm->time_limit_minutes, 0);
+      std::set<std::string> paths;
+      for (size_t a = 0; a < p.slurm->accounts.size(); ++a) {
+        const std::string af = f + ".slurm.accounts[" + std::to_string(a) + "].path";
+        const std::string& account_path = p.slurm->accounts[a].path;
+        if (!ValidPath(account_path)) {
+          check.Fail(af, "must be tenant, tenant/team or tenant/team/user");
+        } else if (!paths.insert(account_path).second) {
+          check.Fail(af, "duplicate '" + account_path + "'");
+        }
+      }
+    } else if (slurm_provider) {
+      check.Fail(f + ".provider", "provider '" + p.provider +
+                                      "' is of type slurm: the pool needs a `slurm` section");
     }
     if (p.cloud && p.max_nodes > 0 && p.node.gpus == 0 && p.node.cpus == 0) {
       check.Fail(f + ".node", "a cloud pool's node shape needs GPUs or CPUs");

@@ -64,6 +64,7 @@
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_metrics.h"
+#include "fleet/server/slurm_pools.h"
 #include "fleet/server/watch_hub.h"
 #include "fleet/server/webhooks.h"
 
@@ -278,6 +279,7 @@ class FleetServer {
       for (const auto& name : names) ++node_gen_[name];
     }
     node_cv_.notify_all();
+    if (slurm_) slurm_->Wake(names);  // Slurm pools' nodes have no agent to wake
   }
   void WakeAllNodes() {
     {
@@ -285,6 +287,7 @@ class FleetServer {
       ++all_nodes_gen_;
     }
     node_cv_.notify_all();
+    if (slurm_) slurm_->WakeAll();
   }
   void WakeLogWaiters() {
     {
@@ -305,6 +308,8 @@ class FleetServer {
   void MaintenanceLoop();
   void ReloadConfig();
   Status StartProvisioning(int port);
+  // The Slurm pools' controller (slurm_pools.h), for the config's slurm providers.
+  Status StartSlurm();
   bool WaitForStop(int64_t ms) {
     std::unique_lock<std::mutex> lock(stop_mu_);
     return stop_cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stopping_.load(); });
@@ -376,6 +381,8 @@ class FleetServer {
 
   CoreState core_;
   std::unique_ptr<ProvisioningController> provisioning_;
+  // Slurm pools (slurm_pools.h); set before the loops start, reset after they end.
+  std::unique_ptr<SlurmController> slurm_;
 
   std::mutex node_mu_;
   std::condition_variable node_cv_;

@@ -130,6 +130,10 @@ void FleetServer::ReloadConfig() {
     Status providers = provisioning_->Configure(config);
     if (!providers.ok()) LogError("providers", providers);
   }
+  if (slurm_) {
+    Status clusters = slurm_->Configure(config);
+    if (!clusters.ok()) LogError("Slurm pools", clusters);
+  }
   WakeScheduler();
 }
 

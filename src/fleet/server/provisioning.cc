@@ -20,7 +20,10 @@ double ProvisioningController::NowS() {
 
 Status ProvisioningController::Configure(const sched::Config& config) {
   std::map<std::string, sched::ProviderConfig> wanted;
-  for (const sched::ProviderConfig& provider : config.providers) wanted[provider.name] = provider;
+  for (const sched::ProviderConfig& provider : config.providers) {
+    // Slurm clusters are not cloud providers: the Slurm controller runs them.
+    if (provider.type != "slurm") wanted[provider.name] = provider;
+  }
   std::vector<std::string> missing;
   {
     std::lock_guard<std::mutex> lock(mu_);

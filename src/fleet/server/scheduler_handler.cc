@@ -23,6 +23,7 @@ void FleetServer::GetScheduler(Call& c) {
     body["fair_share"] = FairShareJson(core_.scheduler->FairShare());
   }
   body["providers"] = provisioning_ ? provisioning_->StatusJson() : json::array();
+  body["slurm_clusters"] = slurm_ ? slurm_->StatusJson() : json::array();
   json provisioning = json::object();
   if (provisioning_) {
     Result<std::vector<Node>> nodes = store_->ListNodes();

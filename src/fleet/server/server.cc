@@ -105,6 +105,35 @@ Status FleetServer::StartProvisioning(int port) {
   return Status::OK();
 }
 
+Status FleetServer::StartSlurm() {
+  SlurmController::Options options;
+  options.data_dir = options_.data_dir.empty() ? "." : options_.data_dir;
+  options.lease_ms = options_.lease_ms;
+  options.stop_grace_ms = options_.stop_grace_ms;
+  options.rendezvous_port_min = options_.rendezvous_port_min;
+  options.rendezvous_port_max = options_.rendezvous_port_max;
+  options.on_change = [this] {
+    checker_.NodesChanged();
+    WakeLogWaiters();
+    WakeScheduler();
+  };
+  options.on_logs = [this] { WakeLogWaiters(); };
+  options.log_error = [this](const std::string& what, const Status& status) {
+    LogError(what, status);
+  };
+  options.log_info = [](const std::string& line) { ServerLog().Info(line); };
+  auto controller = std::make_unique<SlurmController>(store_.get(), std::move(options));
+  sched::Config config;
+  {
+    std::lock_guard<std::mutex> lock(core_.mu);
+    config = core_.scheduler->config();
+  }
+  FERRY_RETURN_NOT_OK(controller->Configure(config));
+  controller->Start();
+  slurm_ = std::move(controller);
+  return Status::OK();
+}
+
 Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   const int threads = options_.threads;
   // Connections queued for a worker make idle kept-alive ones give theirs up
@@ -163,6 +192,12 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
     restore_signals();
     return started.WithPrefix("scheduler providers: ");
   }
+  if (Status started = StartSlurm(); !started.ok()) {
+    http_.stop();
+    restore_signals();
+    provisioning_->Stop();
+    return started.WithPrefix("Slurm pools: ");
+  }
 
   std::atomic<bool> listen_ended{false};
   std::thread listener([&] {
@@ -206,6 +241,8 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   maintenance.join();
   // Cloud nodes go with the server (the local provider stops its agents).
   provisioning_->Stop();
+  // Slurm jobs do not: they go on, and the next server adopts them.
+  slurm_->Stop();
   restore_signals();
   ServerLog().Info("stopped");
   if (listener_failed) return Status::IOError("the HTTP listener stopped unexpectedly");

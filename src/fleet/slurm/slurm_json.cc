@@ -463,6 +463,25 @@ Status ValidateSubmit(const SubmitRequest& request) {
     return Status::Invalid("slurm submit: tasks_per_node must be at least 1");
   }
   if (request.gpus_per_node < 0) return Status::Invalid("slurm submit: gpus_per_node < 0");
+  if (request.tasks < 0 || request.gpus_per_task < 0 || request.cpus_per_task < 0 ||
+      request.memory_mb_per_node < 0) {
+    return Status::Invalid(
+        "slurm submit: tasks, gpus_per_task, cpus_per_task and memory must be >= 0");
+  }
+  if (request.tasks > 0 && request.tasks < request.nodes) {
+    return Status::Invalid("slurm submit: fewer tasks than nodes");
+  }
+  if (request.tasks == 0 && request.gpus_per_task > 0) {
+    return Status::Invalid("slurm submit: gpus_per_task needs tasks");
+  }
+  for (const std::string& node : request.nodelist) {
+    if (node.empty() || node.find_first_of(",[] ") != std::string::npos) {
+      return Status::Invalid("slurm submit: bad node name \"" + node + "\" in nodelist");
+    }
+  }
+  if (!request.nodelist.empty() && static_cast<int>(request.nodelist.size()) != request.nodes) {
+    return Status::Invalid("slurm submit: nodelist must name exactly `nodes` nodes");
+  }
   if (request.time_limit_minutes < 0) return Status::Invalid("slurm submit: time limit < 0");
   if (request.gpu_type.find_first_of(":,= ") != std::string::npos) {
     return Status::Invalid("slurm submit: bad GPU type \"" + request.gpu_type + "\"");
@@ -489,7 +508,18 @@ std::string SubmitBody(const SubmitRequest& request, ApiVersion version) {
   put_string("standard_output", request.stdout_path);
   put_string("standard_error", request.stderr_path);
   job["current_working_directory"] = request.working_dir;
-  job["tasks_per_node"] = request.tasks_per_node;
+  if (request.tasks > 0) {
+    job["tasks"] = request.tasks;
+  } else {
+    job["tasks_per_node"] = request.tasks_per_node;
+  }
+  if (request.cpus_per_task > 0) job["cpus_per_task"] = request.cpus_per_task;
+  const std::string gpus_per_task = (request.gpu_type.empty() ? "" : request.gpu_type + ":") +
+                                    std::to_string(request.gpus_per_task);
+  std::string nodelist;
+  for (const std::string& node : request.nodelist) {
+    nodelist += (nodelist.empty() ? "" : ",") + node;
+  }
   job["hold"] = request.hold;
   // Ferry retries on its own terms: Slurm must not requeue behind its back.
   job["requeue"] = false;
@@ -499,6 +529,12 @@ std::string SubmitBody(const SubmitRequest& request, ApiVersion version) {
     job["minimum_nodes"] = request.nodes;
     job["maximum_nodes"] = request.nodes;
     if (request.gpus_per_node > 0) job["tres_per_node"] = "gres/gpu:" + gpus;
+    if (request.gpus_per_task > 0) job["tres_per_task"] = "gres/gpu:" + gpus_per_task;
+    if (request.memory_mb_per_node > 0) {
+      job["memory_per_node"] = {
+          {"set", true}, {"infinite", false}, {"number", request.memory_mb_per_node}};
+    }
+    if (!request.nodelist.empty()) job["required_nodes"] = request.nodelist;
     if (request.time_limit_minutes > 0) {
       job["time_limit"] = {
           {"set", true}, {"infinite", false}, {"number", request.time_limit_minutes}};
@@ -514,6 +550,8 @@ std::string SubmitBody(const SubmitRequest& request, ApiVersion version) {
   // present, the script sits beside the job.
   job["nodes"] = request.nodes;
   if (request.gpus_per_node > 0) job["gpus_per_node"] = gpus;
+  if (request.gpus_per_task > 0) job["gpus_per_task"] = gpus_per_task;
+  if (request.memory_mb_per_node > 0) job["memory_per_node"] = request.memory_mb_per_node;
   if (request.time_limit_minutes > 0) job["time_limit"] = request.time_limit_minutes;
   json environment = json::object();
   for (const auto& [key, value] : request.environment) environment[key] = value;
@@ -535,7 +573,28 @@ std::vector<std::string> SbatchArguments(const SubmitRequest& request) {
   add("--output", request.stdout_path);
   add("--error", request.stderr_path);
   args.push_back("--nodes=" + std::to_string(request.nodes));
-  args.push_back("--ntasks-per-node=" + std::to_string(request.tasks_per_node));
+  if (request.tasks > 0) {
+    args.push_back("--ntasks=" + std::to_string(request.tasks));
+  } else {
+    args.push_back("--ntasks-per-node=" + std::to_string(request.tasks_per_node));
+  }
+  if (request.cpus_per_task > 0) {
+    args.push_back("--cpus-per-task=" + std::to_string(request.cpus_per_task));
+  }
+  if (request.memory_mb_per_node > 0) {
+    args.push_back("--mem=" + std::to_string(request.memory_mb_per_node));
+  }
+  if (!request.nodelist.empty()) {
+    std::string nodelist;
+    for (const std::string& node : request.nodelist) {
+      nodelist += (nodelist.empty() ? "" : ",") + node;
+    }
+    args.push_back("--nodelist=" + nodelist);
+  }
+  if (request.gpus_per_task > 0) {
+    args.push_back("--gpus-per-task=" + (request.gpu_type.empty() ? "" : request.gpu_type + ":") +
+                   std::to_string(request.gpus_per_task));
+  }
   if (request.gpus_per_node > 0) {
     args.push_back("--gpus-per-node=" + (request.gpu_type.empty() ? "" : request.gpu_type + ":") +
                    std::to_string(request.gpus_per_node));

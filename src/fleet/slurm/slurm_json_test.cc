@@ -292,6 +292,57 @@ TEST(SlurmRequests, SbatchArguments) {
   }
 }
 
+TEST(SlurmRequests, SpreadTasksCpusMemoryAndNodelist) {
+  SubmitRequest spread = Gang();
+  spread.gpus_per_node = 0;
+  spread.tasks = 3;
+  spread.gpus_per_task = 1;
+  spread.cpus_per_task = 4;
+  spread.memory_mb_per_node = 8192;
+  spread.nodelist = {"n1", "n2"};
+  auto old = nlohmann::json::parse(internal::SubmitBody(spread, ApiVersion{38}));
+  EXPECT_EQ(old["job"]["tasks"], 3);
+  EXPECT_FALSE(old["job"].contains("tasks_per_node"));
+  EXPECT_EQ(old["job"]["gpus_per_task"], "h200:1");
+  EXPECT_FALSE(old["job"].contains("gpus_per_node"));
+  EXPECT_EQ(old["job"]["cpus_per_task"], 4);
+  EXPECT_EQ(old["job"]["memory_per_node"], 8192);
+  EXPECT_FALSE(old["job"].contains("required_nodes"));  // v0.0.38 has no such field
+  auto current = nlohmann::json::parse(internal::SubmitBody(spread, ApiVersion{40}));
+  EXPECT_EQ(current["job"]["tres_per_task"], "gres/gpu:h200:1");
+  EXPECT_EQ(current["job"]["memory_per_node"]["number"], 8192);
+  EXPECT_EQ(current["job"]["required_nodes"], (nlohmann::json::array({"n1", "n2"})));
+  std::vector<std::string> args = internal::SbatchArguments(spread);
+  for (const char* want : {"--ntasks=3", "--gpus-per-task=h200:1", "--cpus-per-task=4",
+                           "--mem=8192", "--nodelist=n1,n2"}) {
+    EXPECT_NE(std::find(args.begin(), args.end(), want), args.end()) << want;
+  }
+  EXPECT_EQ(std::find(args.begin(), args.end(), std::string("--ntasks-per-node=1")), args.end());
+  EXPECT_TRUE(internal::ValidateSubmit(spread).ok());
+  spread.nodelist = {"n1"};  // two nodes asked, one named
+  EXPECT_FALSE(internal::ValidateSubmit(spread).ok());
+  spread.nodelist = {"n1", "n[2-3]"};
+  EXPECT_FALSE(internal::ValidateSubmit(spread).ok());
+  spread.nodelist.clear();
+  spread.tasks = 1;  // fewer tasks than nodes
+  EXPECT_FALSE(internal::ValidateSubmit(spread).ok());
+  spread.tasks = 0;  // GPUs per task without a task count
+  EXPECT_FALSE(internal::ValidateSubmit(spread).ok());
+}
+
+TEST(SlurmVocabulary, HostLists) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(*ExpandHostList("n1"), V{"n1"});
+  EXPECT_EQ(*ExpandHostList(""), V{});
+  EXPECT_EQ(*ExpandHostList("a,b"), (V{"a", "b"}));
+  EXPECT_EQ(*ExpandHostList("n[1-3,7]"), (V{"n1", "n2", "n3", "n7"}));
+  EXPECT_EQ(*ExpandHostList("gpu-[08-10]-ib,x"), (V{"gpu-08-ib", "gpu-09-ib", "gpu-10-ib", "x"}));
+  EXPECT_EQ(*ExpandHostList("ferry-node1"), V{"ferry-node1"});
+  for (const char* bad : {"n[1-", "n]", "n[]", "n[3-1]", "n[a-b]", "n[1-2][3]", "n[0-999999]"}) {
+    EXPECT_FALSE(ExpandHostList(bad).ok()) << bad;
+  }
+}
+
 TEST(SlurmRequests, Validation) {
   SubmitRequest request = Gang();
   EXPECT_TRUE(internal::ValidateSubmit(request).ok());

@@ -207,6 +207,59 @@ Result<std::vector<Gres>> ParseGresList(std::string_view text) {
   return out;
 }
 
+Result<std::vector<std::string>> ExpandHostList(std::string_view list) {
+  std::vector<std::string> out;
+  auto bad = [&](const std::string& why) {
+    return Status::Invalid("slurm host list \"" + std::string(list) + "\": " + why);
+  };
+  size_t at = 0;
+  while (at < list.size()) {
+    // One entry: a prefix, then optionally [ranges], then a suffix up to the next top-level comma.
+    size_t end = at;
+    int depth = 0;
+    while (end < list.size() && (depth > 0 || list[end] != ',')) {
+      if (list[end] == '[') ++depth;
+      if (list[end] == ']' && --depth < 0) return bad("unbalanced ']'");
+      ++end;
+    }
+    if (depth != 0) return bad("unbalanced '['");
+    const std::string_view entry = list.substr(at, end - at);
+    at = end + 1;
+    if (entry.empty()) continue;
+    const size_t open = entry.find('[');
+    if (open == std::string_view::npos) {
+      out.emplace_back(entry);
+      continue;
+    }
+    const size_t close = entry.find(']', open);
+    const std::string prefix(entry.substr(0, open));
+    const std::string suffix(entry.substr(close + 1));
+    if (suffix.find('[') != std::string::npos) return bad("more than one range in one name");
+    std::string_view ranges = entry.substr(open + 1, close - open - 1);
+    if (ranges.empty()) return bad("an empty range");
+    while (!ranges.empty()) {
+      const size_t comma = ranges.find(',');
+      std::string_view range = ranges.substr(0, comma);
+      ranges = comma == std::string_view::npos ? std::string_view() : ranges.substr(comma + 1);
+      const size_t dash = range.find('-');
+      const std::string_view low = range.substr(0, dash);
+      const std::string_view high = dash == std::string_view::npos ? low : range.substr(dash + 1);
+      int64_t from = 0, to = 0;
+      if (!ParseCount(low, &from) || !ParseCount(high, &to) || to < from) {
+        return bad("bad range \"" + std::string(range) + "\"");
+      }
+      if (to - from > 100'000) return bad("range too large");
+      const size_t width = low.size();  // "01-10": zero-padded to two digits
+      for (int64_t n = from; n <= to; ++n) {
+        std::string number = std::to_string(n);
+        if (number.size() < width) number.insert(0, width - number.size(), '0');
+        out.push_back(prefix + number + suffix);
+      }
+    }
+  }
+  return out;
+}
+
 bool JobFilter::Matches(const Job& job) const {
   return job.name.starts_with(name_prefix) && job.comment.starts_with(comment_prefix);
 }

@@ -134,6 +134,17 @@ const std::vector<Migration>& Migrations() {
            // The newest job event turned into deliveries (one row, id 1).
            "CREATE TABLE webhook_cursor (id BIGINT PRIMARY KEY, event_id BIGINT NOT NULL)",
        }},
+      {5,
+       {
+           // ---- Resource managers (Slurm pools): what the node's own
+           // manager says about it. `unavailable` says why it takes no new
+           // work (empty: it may); the external columns are what it gave to
+           // work Ferry does not own.
+           "ALTER TABLE nodes ADD COLUMN unavailable TEXT NOT NULL DEFAULT ''",
+           "ALTER TABLE nodes ADD COLUMN external_cpus {real} NOT NULL DEFAULT 0",
+           "ALTER TABLE nodes ADD COLUMN external_memory_mb BIGINT NOT NULL DEFAULT 0",
+           "ALTER TABLE gpus ADD COLUMN external BIGINT NOT NULL DEFAULT 0",
+       }},
   };
   return kMigrations;
 }

@@ -297,6 +297,9 @@ Result<Node> NodeFromRow(const Row& row) {
   n.registered_at_ms = row.Int(9);
   n.last_heartbeat_ms = row.Int(10);
   n.lease_expires_at_ms = row.Int(11);
+  n.unavailable = row.Text(12);
+  n.external_cpus = row.Double(13);
+  n.external_memory_mb = row.Int(14);
   return n;
 }
 
@@ -322,8 +325,8 @@ WatchedEvent WatchedEventFromRow(const Row& row) {
 Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
   std::string q =
       "SELECT id, name, pool, labels, cpus, memory_mb, state, drain, instance,"
-      " registered_at_ms, last_heartbeat_ms, lease_expires_at_ms FROM nodes"
-      " WHERE removed_at_ms = 0";
+      " registered_at_ms, last_heartbeat_ms, lease_expires_at_ms, unavailable, external_cpus,"
+      " external_memory_mb FROM nodes WHERE removed_at_ms = 0";
   Params params;
   if (name != nullptr) {
     q += " AND name = ?";
@@ -340,7 +343,8 @@ Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
   }
   if (nodes.empty()) return nodes;
   std::string gq =
-      "SELECT g.id, g.node_id, g.idx, g.model, g.memory_mb, g.uuid, a.job_id, j.tenant_id"
+      "SELECT g.id, g.node_id, g.idx, g.model, g.memory_mb, g.uuid, a.job_id, j.tenant_id,"
+      " g.external"
       " FROM gpus g LEFT JOIN allocations a ON a.gpu_id = g.id AND a.released_at_ms IS NULL"
       " LEFT JOIN jobs j ON j.id = a.job_id";
   Params gparams;
@@ -361,6 +365,7 @@ Result<std::vector<Node>> LoadNodes(Connection& c, const std::string* name) {
     g.uuid = row.Text(5);
     g.job_id = row.OptInt(6);
     g.job_tenant_id = row.OptInt(7);
+    g.external = row.Int(8) != 0;
     nodes[it->second].gpus.push_back(std::move(g));
   }
   return nodes;

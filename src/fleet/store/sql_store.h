@@ -263,6 +263,10 @@ class SqlStore final : public Store {
   Result<std::vector<Pool>> ListPools() override;
 
   Result<bool> SetDrain(const std::string& name, bool drain) override;
+  Result<bool> SetExternalUse(const std::string& name, const ExternalUse& use) override;
+  Result<bool> NoteAttempt(int64_t job_id, int attempt, const std::string& type,
+                           const std::string& reason, const std::string& message,
+                           const std::string& actor, int64_t now_ms) override;
 
   Result<SyncResult> SyncNode(const SyncRequest& request) override;
 
@@ -365,6 +369,12 @@ class SqlStore final : public Store {
   // preempted ends as preempted instead.
   Status HandleNodeLoss(Connection& c, int64_t node_id, std::string_view why,
                         const std::string& message, int64_t now_ms, ExpiryResult* result);
+
+  // An attempt-wide report (TaskReport kLost, kPreempted, kTimedOut): every
+  // task of the attempt ends, its allocations close, and the job is lost and
+  // requeued, preempted and requeued, or timed out.
+  Status EndAttempt(Connection& c, int64_t job_id, int attempt, const TaskReport& report,
+                    const std::string& actor, int64_t now_ms);
 
   // After an attempt ended LOST or PREEMPTED: back to PENDING with attempt + 1
   // (true), or FAILED with RETRY_LIMIT when no retry is left (false).

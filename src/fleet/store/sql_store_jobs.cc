@@ -237,6 +237,31 @@ Result<std::vector<int64_t>> SqlStore::ExpireRuntimes(int64_t now_ms) {
   return out;
 }
 
+Result<bool> SqlStore::NoteAttempt(int64_t job_id, int attempt, const std::string& type,
+                                   const std::string& reason, const std::string& message,
+                                   const std::string& actor, int64_t now_ms) {
+  bool live = false;
+  FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows job,
+        c.Query("SELECT state, attempt, reason FROM jobs WHERE id = ?" + ForUpdate(), {job_id}));
+    live = false;
+    if (job.empty() || job[0].Int(1) != attempt) return Status::OK();
+    auto state = ParseJobState(job[0].Text(0));
+    if (!state || !IsLive(*state)) return Status::OK();
+    live = true;
+    if (!reason.empty() && job[0].Text(2) != reason) {
+      FERRY_RETURN_NOT_OK(
+          c.Query("UPDATE jobs SET reason = ? WHERE id = ?", {reason, job_id}).status());
+    } else if (!reason.empty() || type.empty()) {
+      return Status::OK();  // the reason stands: nothing new to say
+    }
+    if (type.empty()) return Status::OK();
+    return AddEvent(c, job_id, now_ms, type, std::nullopt, reason, message, actor);
+  }));
+  return live;
+}
+
 Result<bool> SqlStore::JobVisible(Connection& c, const Scope& scope, int64_t job_id) {
   FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query("SELECT tenant_id FROM jobs WHERE id = ?", {job_id}));
   return !rows.empty() && (!scope.tenant_id || rows[0].Int(0) == *scope.tenant_id);

@@ -300,6 +300,10 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
   const std::string where = " WHERE job_id = ? AND attempt = ? AND task = ?";
   const std::string who = "task " + std::to_string(ref.task) + " on " + node_name;
 
+  if (report.kind == TaskReport::Kind::kLost || report.kind == TaskReport::Kind::kPreempted ||
+      report.kind == TaskReport::Kind::kTimedOut) {
+    return EndAttempt(c, ref.job_id, ref.attempt, report, actor, now_ms);
+  }
   if (report.kind == TaskReport::Kind::kStarted) {
     if (task_state != "assigned") return Status::OK();
     Params params{at};
@@ -382,6 +386,98 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
   if (done[0].Int(0) < task_count) return Status::OK();
   return FinishJob(c, ref.job_id, ref.attempt, JobState::kSucceeded, reason::kExitedZero, 0,
                    "all " + std::to_string(task_count) + " tasks exited with 0", actor, at);
+}
+
+Status SqlStore::EndAttempt(Connection& c, int64_t job_id, int attempt, const TaskReport& report,
+                            const std::string& actor, int64_t now_ms) {
+  const int64_t at = report.at_ms > 0 ? report.at_ms : now_ms;
+  FERRY_ASSIGN_OR_RAISE(
+      Rows job,
+      c.Query("SELECT state, max_retries, preempt_reason FROM jobs WHERE id = ?", {job_id}));
+  if (job.empty()) return Status::OK();
+  auto state = ParseJobState(job[0].Text(0));
+  const int64_t max_retries = job[0].Int(1);
+  std::string message = report.message;
+  if (message.empty()) {
+    message = report.kind == TaskReport::Kind::kLost        ? "lost by the resource manager"
+              : report.kind == TaskReport::Kind::kPreempted ? "preempted by the resource manager"
+                                                            : "timed out in the resource manager";
+  }
+  const Params key{job_id, int64_t{attempt}};
+  {
+    Params params{message, at};
+    params.insert(params.end(), key.begin(), key.end());
+    FERRY_RETURN_NOT_OK(c.Query("UPDATE tasks SET state = 'exited', message = ?, ended_at_ms = ?"
+                                " WHERE job_id = ? AND attempt = ? AND state <> 'exited'",
+                                params)
+                            .status());
+    Params release{now_ms};
+    release.insert(release.end(), key.begin(), key.end());
+    FERRY_RETURN_NOT_OK(c.Query("UPDATE allocations SET released_at_ms = ? WHERE job_id = ?"
+                                " AND attempt = ? AND released_at_ms IS NULL",
+                                release)
+                            .status());
+  }
+  if (!state || !IsLive(*state)) return Status::OK();  // already CANCELLED, TIMEOUT, ...
+  // Ferry itself was preempting it: the attempt ends as that preemption.
+  if (!job[0].Text(2).empty()) return FinishPreemption(c, job_id, attempt, message, at).status();
+  if (report.kind == TaskReport::Kind::kTimedOut) {
+    return FinishJob(c, job_id, attempt, JobState::kTimeout, reason::kMaxRuntimeExceeded,
+                     std::nullopt, message, actor, at);
+  }
+  const bool lost = report.kind == TaskReport::Kind::kLost;
+  const JobState ended = lost ? JobState::kLost : JobState::kPreempted;
+  const std::string_view why = lost ? reason::kNodeLost : reason::kPreemptedByResourceManager;
+  FERRY_RETURN_NOT_OK(c.Query("UPDATE attempts SET state = ?, reason = ?, ended_at_ms = ?"
+                              " WHERE job_id = ? AND attempt = ?",
+                              {StateText(ended), Str(why), at, job_id, int64_t{attempt}})
+                          .status());
+  FERRY_RETURN_NOT_OK(AddEvent(c, job_id, at, "state", ended, why, message, actor));
+  return Requeue(c, job_id, attempt, max_retries, lost ? reason::kRequeued : why,
+                 lost ? "lost" : "preempted", now_ms)
+      .status();
+}
+
+Result<bool> SqlStore::SetExternalUse(const std::string& name, const ExternalUse& use) {
+  bool found = false;
+  FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows node,
+        c.Query("SELECT id FROM nodes WHERE name = ? AND removed_at_ms = 0" + ForUpdate(), {name}));
+    found = !node.empty();
+    if (!found) return Status::OK();
+    const int64_t node_id = node[0].Int(0);
+    FERRY_RETURN_NOT_OK(c.Query("UPDATE nodes SET unavailable = ?, external_cpus = ?,"
+                                " external_memory_mb = ? WHERE id = ?",
+                                {use.unavailable, std::max(0.0, use.cpus),
+                                 std::max<int64_t>(0, use.memory_mb), node_id})
+                            .status());
+    // GPUs Ferry does not hold: keep the marked ones marked, then mark from
+    // the highest index down.
+    FERRY_ASSIGN_OR_RAISE(
+        Rows gpus,
+        c.Query("SELECT g.id, g.external FROM gpus g WHERE g.node_id = ? AND NOT EXISTS"
+                " (SELECT 1 FROM allocations a WHERE a.gpu_id = g.id AND a.released_at_ms IS NULL)"
+                " ORDER BY g.external DESC, g.idx DESC",
+                {node_id}));
+    int left = std::max(0, use.gpus);
+    for (const Row& row : gpus.rows) {
+      const int64_t want = left > 0 ? 1 : 0;
+      if (left > 0) --left;
+      if (row.Int(1) == want) continue;
+      FERRY_RETURN_NOT_OK(
+          c.Query("UPDATE gpus SET external = ? WHERE id = ?", {want, row.Int(0)}).status());
+    }
+    // A GPU Ferry holds is its own, whatever was marked before.
+    return c
+        .Query(
+            "UPDATE gpus SET external = 0 WHERE node_id = ? AND external <> 0 AND EXISTS"
+            " (SELECT 1 FROM allocations a WHERE a.gpu_id = gpus.id"
+            " AND a.released_at_ms IS NULL)",
+            {node_id})
+        .status();
+  }));
+  return found;
 }
 
 Status SqlStore::HandleNodeLoss(Connection& c, int64_t node_id, std::string_view why,

@@ -57,8 +57,8 @@ Result<sched::Snapshot> SqlStore::LoadSchedulingSnapshot() {
     for (const Row& row : usage.rows) {
       auto at = node_at.find(row.Int(0));
       if (at == node_at.end()) continue;
-      snap.nodes[at->second].cpus_used = row.Double(1);
-      snap.nodes[at->second].memory_mb_used = row.Int(2);
+      snap.nodes[at->second].cpus_used += row.Double(1);
+      snap.nodes[at->second].memory_mb_used += row.Int(2);
     }
     FERRY_RETURN_NOT_OK(LoadRunningJobs(c, &snap.running));
     return Status::OK();
@@ -230,9 +230,10 @@ Status SqlStore::Place(Connection& c, const Placement& p, int64_t now_ms, bool* 
       FERRY_ASSIGN_OR_RAISE(
           Rows gpu,
           c.Query("SELECT g.node_id, (SELECT COUNT(*) FROM allocations a WHERE a.gpu_id = g.id"
-                  " AND a.released_at_ms IS NULL) FROM gpus g WHERE g.id = ?",
+                  " AND a.released_at_ms IS NULL), g.external FROM gpus g WHERE g.id = ?",
                   {t.gpu_ids[i]}));
-      if (gpu.empty() || gpu[0].Int(0) != t.node_id || gpu[0].Int(1) > 0) {
+      // Taken by another job, or by the node's resource manager since the snapshot.
+      if (gpu.empty() || gpu[0].Int(0) != t.node_id || gpu[0].Int(1) > 0 || gpu[0].Int(2) != 0) {
         *conflict = true;
         return Status::OK();
       }

@@ -1015,6 +1015,157 @@ TEST_P(StoreTest, SyncStartsStopsAndFencesReports) {
   EXPECT_EQ(Sync("gpu-a", {{424242, 0, 1}}, {}, 5300).stop, (std::vector<TaskRef>{{424242, 0, 1}}));
 }
 
+TEST_P(StoreTest, ExternalUseHoldsGpusFerryDoesNotOwn) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("hpc-n1", 4);
+  Job mine = Submit(ana, Spec("mine", 1, 1));
+  ASSERT_EQ(Place(mine, {"hpc-n1"}).admitted.size(), 1u);  // GPU 0
+  ExternalUse use;
+  use.gpus = 2;
+  use.cpus = 6;
+  use.memory_mb = 4096;
+  ASSERT_OK_AND_ASSIGN(bool found, store_->SetExternalUse("hpc-n1", use));
+  EXPECT_TRUE(found);
+  ASSERT_OK_AND_ASSIGN(auto node, store_->GetNode("hpc-n1"));
+  ASSERT_TRUE(node.has_value());
+  std::vector<int> external;
+  for (const Gpu& g : node->gpus) {
+    if (g.external) external.push_back(g.index);
+  }
+  EXPECT_EQ(external, (std::vector<int>{2, 3}));  // the highest indices
+  EXPECT_DOUBLE_EQ(node->external_cpus, 6);
+  EXPECT_EQ(node->external_memory_mb, 4096);
+  ASSERT_OK_AND_ASSIGN(auto pools, store_->ListPools());
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(pools[0].gpus_free, 1);  // 4 - Ferry's 1 - Slurm's 2
+  ASSERT_OK_AND_ASSIGN(sched::Snapshot snap, store_->LoadSchedulingSnapshot());
+  ASSERT_EQ(snap.nodes.size(), 1u);
+  int free = 0;
+  for (const sched::GpuSlot& g : snap.nodes[0].gpus) free += g.free ? 1 : 0;
+  EXPECT_EQ(free, 1);
+  EXPECT_DOUBLE_EQ(snap.nodes[0].cpus_used, 6 + 2);  // Slurm's 6, the job's 2
+  EXPECT_EQ(snap.nodes[0].memory_mb_used, 4096 + 1024);
+  // A placement on a GPU marked external since the snapshot is a conflict.
+  Job late = Submit(ana, Spec("late", 1, 1));
+  Placement onto{late.id, late.attempt, {{0, snap.nodes[0].id, "hpc-n1", {}, {}}}};
+  for (const sched::GpuSlot& g : snap.nodes[0].gpus) {
+    if (g.index == 3) {
+      onto.tasks[0].gpu_ids = {g.id};
+      onto.tasks[0].gpu_indices = {g.index};
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(CommitResult commit, store_->CommitPlacements({onto}, {}, 2500));
+  EXPECT_EQ(commit.conflicted, std::vector<int64_t>{late.id});
+  // More outside use than GPUs Ferry does not hold marks only those; less
+  // keeps the marked ones stable.
+  use.gpus = 9;
+  ASSERT_OK(store_->SetExternalUse("hpc-n1", use).status());
+  ASSERT_OK_AND_ASSIGN(node, store_->GetNode("hpc-n1"));
+  int marked = 0;
+  for (const Gpu& g : node->gpus) marked += g.external ? 1 : 0;
+  EXPECT_EQ(marked, 3);
+  EXPECT_FALSE(node->gpus[0].external);  // Ferry's own
+  use.gpus = 1;
+  use.unavailable = "slurm: DRAIN (maintenance)";
+  ASSERT_OK(store_->SetExternalUse("hpc-n1", use).status());
+  ASSERT_OK_AND_ASSIGN(node, store_->GetNode("hpc-n1"));
+  marked = 0;
+  for (const Gpu& g : node->gpus) marked += g.external ? 1 : 0;
+  EXPECT_EQ(marked, 1);
+  EXPECT_EQ(node->unavailable, "slurm: DRAIN (maintenance)");
+  ASSERT_OK_AND_ASSIGN(snap, store_->LoadSchedulingSnapshot());
+  EXPECT_FALSE(snap.nodes[0].schedulable);
+  ASSERT_OK_AND_ASSIGN(pools, store_->ListPools());
+  EXPECT_EQ(pools[0].gpus_free, 0);  // unavailable
+  ASSERT_OK_AND_ASSIGN(found, store_->SetExternalUse("no-such-node", use));
+  EXPECT_FALSE(found);
+}
+
+TEST_P(StoreTest, AttemptWideReportsLoseRequeuePreemptAndTimeOut) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("hpc-n1", 4);
+  auto end = [&](const Job& job, TaskReport::Kind kind, const std::string& message, int64_t at) {
+    TaskReport r;
+    r.ref = {job.id, 1, job.attempt};
+    r.kind = kind;
+    r.message = message;
+    r.at_ms = at;
+    return Sync("hpc-n1", {}, {r}, at);
+  };
+  // A gang of two on one node, lost by Slurm (NODE_FAIL): every task ends,
+  // the GPUs come back, the job is requeued as attempt 2.
+  Job gang = Submit(ana, Spec("gang", 2, 1));
+  ASSERT_EQ(Place(gang, {"hpc-n1"}).admitted.size(), 1u);
+  Sync("hpc-n1", {{gang.id, 0, 1}, {gang.id, 1, 1}}, {Started(gang, 0), Started(gang, 1)}, 2500);
+  EXPECT_EQ(Get(gang.id).state, JobState::kRunning);
+  end(gang, TaskReport::Kind::kLost, "Slurm job 7: NODE_FAIL", 3000);
+  Job got = Get(gang.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_EQ(got.reason, reason::kRequeued);
+  EXPECT_EQ(got.attempt, 2);
+  ASSERT_EQ(got.attempts.size(), 2u);
+  EXPECT_EQ(got.attempts[0].state, JobState::kLost);
+  EXPECT_EQ(got.attempts[0].reason, reason::kNodeLost);
+  EXPECT_EQ(FreeGpus("hpc-n1"), 4);
+  // Preempted by Slurm: requeued with its own reason.
+  ASSERT_EQ(Place(got, {"hpc-n1"}).admitted.size(), 1u);
+  end(got, TaskReport::Kind::kPreempted, "Slurm job 8: PREEMPTED", 4000);
+  got = Get(gang.id);
+  EXPECT_EQ(got.state, JobState::kPending);
+  EXPECT_EQ(got.reason, reason::kPreemptedByResourceManager);
+  EXPECT_EQ(got.attempt, 3);
+  EXPECT_EQ(got.attempts[1].state, JobState::kPreempted);
+  // Timed out: terminal.
+  ASSERT_EQ(Place(got, {"hpc-n1"}).admitted.size(), 1u);
+  end(got, TaskReport::Kind::kTimedOut, "Slurm job 9: TIMEOUT", 5000);
+  got = Get(gang.id);
+  EXPECT_EQ(got.state, JobState::kTimeout);
+  EXPECT_EQ(got.reason, reason::kMaxRuntimeExceeded);
+  EXPECT_EQ(FreeGpus("hpc-n1"), 4);
+  EXPECT_EQ(Reasons(gang.id),
+            (std::vector<std::string>{"PENDING/SUBMITTED", "ADMITTED/PLACED",
+                                      "RUNNING/TASKS_STARTED", "LOST/NODE_LOST", "PENDING/REQUEUED",
+                                      "ADMITTED/PLACED", "PREEMPTED/PREEMPTED_BY_RESOURCE_MANAGER",
+                                      "PENDING/PREEMPTED_BY_RESOURCE_MANAGER", "ADMITTED/PLACED",
+                                      "TIMEOUT/MAX_RUNTIME_EXCEEDED"}));
+  // A stale attempt's report is fenced: nothing changes.
+  end(gang, TaskReport::Kind::kLost, "late", 6000);
+  EXPECT_EQ(Get(gang.id).state, JobState::kTimeout);
+}
+
+TEST_P(StoreTest, NotesOnLiveAttemptsSetReasonsOnce) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("hpc-n1", 4);
+  Job job = Submit(ana, Spec("noted", 1, 1));
+  // Not live yet (PENDING): refused.
+  ASSERT_OK_AND_ASSIGN(
+      bool live, store_->NoteAttempt(job.id, 1, "slurm_submitted", "", "x", "slurm:hpc", 2100));
+  EXPECT_FALSE(live);
+  ASSERT_EQ(Place(job, {"hpc-n1"}).admitted.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(live, store_->NoteAttempt(job.id, 1, "slurm_submitted", "", "Slurm job 42",
+                                                 "slurm:hpc", 2200));
+  EXPECT_TRUE(live);
+  for (int i = 0; i < 3; ++i) {  // the same pending reason three times: one event
+    ASSERT_OK_AND_ASSIGN(
+        live, store_->NoteAttempt(job.id, 1, "slurm_pending", std::string(reason::kNoCapacity),
+                                  "Slurm job 42 pending: Resources", "slurm:hpc", 2300 + i));
+    EXPECT_TRUE(live);
+  }
+  Job got = Get(job.id);
+  EXPECT_EQ(got.state, JobState::kAdmitted);
+  EXPECT_EQ(got.reason, reason::kNoCapacity);
+  ASSERT_OK_AND_ASSIGN(auto events, store_->ListEvents(Scope::All(), job.id, 0, 100));
+  std::vector<std::string> notes;
+  for (const JobEvent& e : *events) {
+    if (e.type.rfind("slurm_", 0) == 0) notes.push_back(e.type + ": " + e.message);
+  }
+  EXPECT_EQ(notes, (std::vector<std::string>{"slurm_submitted: Slurm job 42",
+                                             "slurm_pending: Slurm job 42 pending: Resources"}));
+  ASSERT_OK_AND_ASSIGN(
+      live, store_->NoteAttempt(job.id, 2, "slurm_pending", "", "stale", "slurm:hpc", 2400));
+  EXPECT_FALSE(live);
+}
+
 TEST_P(StoreTest, LeaseExpiryRequeuesThenHitsTheRetryLimit) {
   Principal ana = User("acme", "ml", "ana");
   Register("gpu-a", 1, "i1", 1000);  // lease until 11 000

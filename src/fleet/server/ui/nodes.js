@@ -44,8 +44,9 @@ export function mount(main, context) {
   }
 
   function nodeRow(node) {
-    const inUse = node.gpus.filter((g) => g.allocated).length;
-    const row = [node.name, node.pool, badge(node.state), node.drain ? 'drained' : '',
+    const inUse = node.gpus.filter((g) => g.allocated || g.external).length;
+    const row = [node.name, node.pool, badge(node.state),
+      [node.drain ? 'drained' : '', node.unavailable].filter(Boolean).join(' · '),
       gpuSummary(node), {value: inUse + ' / ' + node.gpus.length, class: 'num'},
       {value: node.cpus, class: 'num'}, {value: Math.round(node.memory_mb / 1024) + ' GiB',
         class: 'num'}, labels(node.labels), ago(node.last_heartbeat), time(node.lease_expires_at)];

@@ -59,14 +59,19 @@ function heatmap(nodes, jobsById) {
     a.name.localeCompare(b.name));
   const grid = h('div', {class: 'heatmap', id: 'heatmap'});
   for (const node of sorted.slice(0, MAX_HEATMAP_NODES)) {
-    const unusable = node.state !== 'READY' ? 'lost' : node.drain ? 'drained' : null;
+    const unusable = node.state !== 'READY' ? 'lost' :
+      node.drain || node.unavailable ? 'drained' : null;
     const row = h('div', {class: 'heat-row'},
         h('div', {class: 'heat-label', title: node.pool + ' · ' + node.state +
-          (node.drain ? ' · drained' : '')}, node.name));
+          (node.drain ? ' · drained' : '') + (node.unavailable ? ' · ' + node.unavailable : '')},
+        node.name));
     const cells = h('div', {class: 'heat-cells'});
     for (const gpu of [...node.gpus].sort((a, b) => a.index - b.index)) {
       const base = 'GPU ' + gpu.index + ' · ' + gpu.model + ' · ' + node.name;
-      if (gpu.allocated) {
+      if (gpu.external) {
+        cells.append(h('span', {class: 'gpu busy other',
+          title: base + ' · in use outside Ferry (' + node.pool + ')'}));
+      } else if (gpu.allocated) {
         const job = gpu.job_id === null ? undefined : jobsById.get(gpu.job_id);
         if (job) {
           cells.append(h('a', {class: 'gpu busy', href: '#/jobs/' + job.id,
@@ -98,9 +103,9 @@ function byModel(gpus, nodesByName) {
     const entry = models.get(gpu.model) || {total: 0, used: 0, free: 0, unavailable: 0};
     const node = nodesByName.get(gpu.node);
     entry.total += 1;
-    if (gpu.allocated) {
+    if (gpu.allocated || gpu.external) {
       entry.used += 1;
-    } else if (node && node.state === 'READY' && !node.drain) {
+    } else if (node && node.state === 'READY' && !node.drain && !node.unavailable) {
       entry.free += 1;
     } else {
       entry.unavailable += 1;
@@ -142,7 +147,7 @@ export function mount(main) {
     const nodesByName = new Map(nodeList.nodes.map((n) => [n.name, n]));
     const jobsById = new Map(jobs.active.map((j) => [j.id, j]));
     const total = gpuList.gpus.length;
-    const used = gpuList.gpus.filter((g) => g.allocated).length;
+    const used = gpuList.gpus.filter((g) => g.allocated || g.external).length;
     const free = byModel(gpuList.gpus, nodesByName).reduce((n, [, m]) => n + m.free, 0);
     const ready = nodeList.nodes.filter((n) => n.state === 'READY').length;
     const pending = jobs.counts.PENDING;
