@@ -165,6 +165,25 @@ void RenderProviders(const std::vector<ProvisioningController::ProviderMetrics>&
   }
 }
 
+void RenderSlurm(const std::vector<SlurmController::ClusterMetrics>& clusters, metrics::Writer* w) {
+  if (clusters.empty()) return;
+  w->Family("ferry_slurm_reachable", "gauge",
+            "1 while the last read of a Slurm cluster's nodes and jobs succeeded.");
+  for (const auto& c : clusters) {
+    w->Sample("ferry_slurm_reachable", {{"provider", c.name}}, c.reachable ? 1 : 0);
+  }
+  w->Family("ferry_slurm_jobs", "gauge", "Slurm jobs a Slurm pool's controller follows now.");
+  for (const auto& c : clusters) {
+    w->Sample("ferry_slurm_jobs", {{"provider", c.name}}, static_cast<double>(c.jobs));
+  }
+  w->Family("ferry_slurm_submitted_total", "counter",
+            "Slurm jobs submitted by this server process.");
+  for (const auto& c : clusters) {
+    w->Sample("ferry_slurm_submitted_total", {{"provider", c.name}},
+              static_cast<double>(c.submitted));
+  }
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -406,6 +425,7 @@ std::string ServerMetrics::Render(Store& store, const ScrapeInputs& inputs) {
   RenderQuotas(inputs.quotas, &writer);
   RenderShares(inputs.shares, &writer);
   RenderProviders(inputs.providers, &writer);
+  RenderSlurm(inputs.slurm, &writer);
   writer.Append(telemetry::ToPrometheus());
   return writer.Take();
 }

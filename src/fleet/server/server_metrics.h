@@ -15,6 +15,7 @@
 #include "ferry/fleet/sched.h"
 #include "ferry/fleet/store.h"
 #include "fleet/server/provisioning.h"
+#include "fleet/server/slurm_pools.h"
 
 namespace ferry::fleet::server_internal {
 
@@ -23,7 +24,8 @@ namespace ferry::fleet::server_internal {
 struct ScrapeInputs {
   std::vector<sched::QuotaStanding> quotas;
   std::vector<sched::ShareStanding> shares;
-  std::vector<ProvisioningController::ProviderMetrics> providers;
+  std::vector<ProvisioningController::ProviderMetrics> providers;  // Slurm clusters too
+  std::vector<SlurmController::ClusterMetrics> slurm;
 };
 
 class ServerMetrics {

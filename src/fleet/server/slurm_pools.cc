@@ -1377,7 +1377,7 @@ class SlurmController::Cluster {
   }
 
   void TailLogs(JobEntry* job) {
-    constexpr int64_t kMaxChunk = 256 * 1024;
+    constexpr int64_t kMaxChunk = int64_t{256} * 1024;
     bool appended = false;
     for (size_t t = 0; t < job->task_nodes.size(); ++t) {
       for (int stream = 0; stream < 2; ++stream) {

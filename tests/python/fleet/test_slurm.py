@@ -204,6 +204,10 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     status = slurm_cluster_status(server)
     assert status["reachable"] and status["breaker"] == "closed"
     assert status["submitted"] == 3 and status["pools"] == ["hpc"]
+    assert harness.metric(server, 'ferry_slurm_submitted_total{provider="hpc"}') == 3
+    assert harness.metric(server, 'ferry_slurm_reachable{provider="hpc"}') == 1
+    assert harness.metric(server, 'ferry_provider_breaker_state{provider="hpc",state="closed"}') == 1
+    assert harness.metric(server, 'ferry_provider_nodes{provider="hpc",state="registered"}') == 1
 
 
 def test_mixed_fleet_one_quota_across_agents_and_slurm(fleet, slurm, tmp_path):
@@ -313,6 +317,8 @@ def test_slurmctld_down_opens_the_breaker_and_nothing_is_lost(fleet, slurm, tmp_
     cluster.daemon("kill", "slurmctld", "TERM")
     harness.wait_for(lambda: slurm_cluster_status(server)["breaker"] != "closed", 30,
                      "the circuit breaker open")
+    assert harness.metric(server, 'ferry_slurm_reachable{provider="hpc"}') == 0
+    assert harness.metric(server, 'ferry_provider_breaker_opens_total{provider="hpc",type="slurm"}') >= 1
     node = server.admin("GET", "/v1/nodes/hpc-ferry-node1")
     assert node["state"] == "READY" and "unreachable" in node["unavailable"], node
     # New work goes to the agents; the job in Slurm stays RUNNING in Ferry.
