@@ -1030,7 +1030,12 @@ int FleetCommands::State::Nodes(Client& client) {
     int free = 0;
     std::map<std::string, int> models;
     for (const auto& gpu : gpus) {
-      free += !gpu.contains("job_id") || gpu["job_id"].is_null();
+      // `allocated`, not `job_id`: another tenant's job shows as allocated
+      // without its id; `external`: given to work outside Ferry (Slurm pools).
+      const bool held = gpu.value("allocated", false) ||
+                        (gpu.contains("job_id") && !gpu["job_id"].is_null()) ||
+                        gpu.value("external", false);
+      free += held ? 0 : 1;
       ++models[Field(gpu, "model")];
     }
     std::string model_text;
@@ -1039,6 +1044,7 @@ int FleetCommands::State::Nodes(Client& client) {
     }
     std::string state = Field(node, "state");
     if (node.value("drain", false)) state += ",DRAIN";
+    if (!node.value("unavailable", std::string()).empty()) state += ",UNAVAILABLE";
     rows.push_back({Field(node, "name"), Field(node, "pool"), state, std::to_string(gpus.size()),
                     std::to_string(free), model_text.empty() ? "-" : model_text,
                     Field(node, "cpus"), Field(node, "memory_mb"), Age(node, "last_heartbeat")});

@@ -192,6 +192,10 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     harness.wait_for(lambda: external_count() == 3, 20, "3 GPUs external in Ferry's view")
     pools = {p["name"]: p for p in server.admin("GET", "/v1/pools")["pools"]}
     assert pools["hpc"]["gpus_free"] == 1
+    listed = harness.cli(server, "nodes")
+    assert listed.returncode == 0, listed.stderr
+    row = [line.split() for line in listed.stdout.splitlines() if "hpc-ferry-node1" in line][0]
+    assert row[1:5] == ["hpc", "READY", "4", "1"], listed.stdout  # POOL STATE GPUS FREE
     big = submit(server, command=["/bin/true"], gpus_per_task=2, pool_set="slurm")
     small = submit(server, command=["/bin/true"], gpus_per_task=1, pool_set="slurm")
     server.wait_state(small, "SUCCEEDED", timeout=60)
