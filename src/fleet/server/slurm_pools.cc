@@ -221,8 +221,8 @@ SlurmScripts MakeSlurmScripts(const std::string& run_dir, const std::string& tit
   batch << "#!/bin/sh\n"
         << "# " << title << "\n"
         << "# Written by the Ferry server (docs/slurm.md): srun starts the task wrapper on\n"
-        << "# every task; srun's status goes to exit.batch. SIGTERM reaches the tasks\n"
-        << "# through srun; this shell outlives it to record the status.\n"
+        << "# every task; srun's status goes to exit.batch. This shell outlives a\n"
+        << "# SIGTERM to record the status.\n"
         << "run_dir=" << Quote(run_dir) << "\n"
         << "trap ':' TERM\n"
         << "srun --kill-on-bad-exit=1 --output=\"$run_dir/task-%t.out\""
@@ -269,11 +269,17 @@ SlurmScripts MakeSlurmScripts(const std::string& run_dir, const std::string& tit
        << "# SIGTERM may come from Slurm and from srun: the command gets it once.\n"
        << "trap 'if [ -z \"$ferry_term\" ]; then ferry_term=1; kill -TERM \"$child\" 2>/dev/null;"
        << " fi' TERM\n"
+       << "# Ferry's stop is the file \"stop\" in the run directory (Slurm's own signal\n"
+       << "# delivery to a batch job also reaches srun, which then kills the step).\n"
+       << "( while [ ! -e \"$run_dir/stop\" ]; do sleep 0.2; kill -0 \"$child\" 2>/dev/null ||"
+       << " exit 0; done; kill -TERM $$ ) &\n"
+       << "watcher=$!\n"
        << "rc=0\n"
        << "while :; do\n"
        << "  wait \"$child\"; rc=$?\n"
        << "  kill -0 \"$child\" 2>/dev/null || break\n"
        << "done\n"
+       << "kill \"$watcher\" 2>/dev/null\n"
        << "echo \"$rc\" > \"$run_dir/exit.$SLURM_PROCID.tmp\" && mv -f"
        << " \"$run_dir/exit.$SLURM_PROCID.tmp\" \"$run_dir/exit.$SLURM_PROCID\"\n"
        << "exit \"$rc\"\n";
@@ -408,18 +414,53 @@ class SlurmController::Cluster {
     int64_t memory_mb_per_node = 0;
   };
 
+  // A full pass (read Slurm, then sync) every sync_interval_s; a wake-up in
+  // between (an admission, a stop) runs a quick pass that hands new attempts
+  // to Slurm and passes stops on without reading Slurm first.
   void Loop() {
+    double last_full_s = 0;
     while (true) {
+      bool woken = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (stopping_) return;
-        cv_.wait_for(lock, std::chrono::duration<double>(settings_.sync_interval_s),
-                     [&] { return stopping_ || woken_; });
+        const double wait = std::max(0.0, last_full_s + settings_.sync_interval_s - SteadyS());
+        woken = cv_.wait_for(lock, std::chrono::duration<double>(wait),
+                             [&] { return stopping_ || woken_; });
         if (stopping_) return;
         woken_ = false;
       }
-      Tick();
+      const bool full =
+          !woken || SteadyS() - last_full_s >= settings_.sync_interval_s || !reachable_now_;
+      if (full) {
+        last_full_s = SteadyS();
+        Tick();
+      } else {
+        QuickTick();
+      }
     }
+  }
+
+  void QuickTick() {
+    std::vector<sched::PoolConfig> pools;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pools = pools_;
+      if (breaker_.state() != CircuitBreaker::State::kClosed) return;
+    }
+    std::map<Key, std::vector<TaskAssignment>> starts;
+    std::map<Key, int64_t> stops;
+    SyncFerry(&starts, &stops);
+    bool changed = HandleStarts(pools, starts, {}, /*listed=*/false);
+    HandleStops(stops);
+    if (!outbox_.empty()) {
+      SyncFerry(nullptr, nullptr);
+      changed = true;
+    }
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      it = it->second.ended ? jobs_.erase(it) : std::next(it);
+    }
+    if (changed && options_->on_change) options_->on_change();
   }
 
   // Keeps the nodes' leases while a pass waits for Slurm (a dead slurmctld
@@ -581,8 +622,8 @@ class SlurmController::Cluster {
     SyncFerry(&starts, &stops);
     if (reachable) {
       changed |= Reconcile(by_tag);
-      changed |= HandleStarts(pools, starts, by_tag);
-      HandleStops(stops, by_id);
+      changed |= HandleStarts(pools, starts, by_tag, /*listed=*/true);
+      HandleStops(stops);
       changed |= Mirror(by_id);
       TailAllLogs();
     } else {
@@ -877,6 +918,15 @@ class SlurmController::Cluster {
     bool changed = false;
     for (const auto& [key, sj] : by_tag) {
       if (jobs_.count(key) || settled_.count(sj->id)) continue;
+      std::error_code ec;
+      if (!fs::exists(RunDir(key) / "intent", ec)) {
+        // The tag without this server's marker: another Ferry store's job
+        // (the same tag on a shared cluster). Not ours to adopt or cancel.
+        settled_.insert(sj->id);
+        LogInfo("leaving Slurm job " + std::to_string(sj->id) + " (" + sj->comment +
+                ") alone: its attempt has no marker in " + settings_.work_dir);
+        continue;
+      }
       Result<std::optional<Job>> job = store_->GetJob(Scope::All(), key.first);
       if (!job.ok()) {
         LogError("reconciling Slurm job " + std::to_string(sj->id), job.status());
@@ -950,12 +1000,20 @@ class SlurmController::Cluster {
     entry->memory_mb_per_node = spec.memory_mb_per_task * per_node;
   }
 
+  // `listed`: by_tag is Slurm's list from this pass. Without it only
+  // attempts never handed over before (no marker) are submitted.
   bool HandleStarts(const std::vector<sched::PoolConfig>& pools,
                     std::map<Key, std::vector<TaskAssignment>>& starts,
-                    const std::map<Key, const slurm::Job*>& by_tag) {
+                    const std::map<Key, const slurm::Job*>& by_tag, bool listed) {
     bool changed = false;
     for (auto& [key, assignments] : starts) {
       if (jobs_.count(key)) continue;
+      if (!listed) {
+        std::error_code ec;
+        if (fs::exists(RunDir(key) / "intent", ec) || fs::exists(RunDir(key) / "submitted", ec)) {
+          continue;  // handed over before: the next full pass decides with Slurm's list
+        }
+      }
       const TaskAssignment& a = assignments.front();
       JobEntry entry;
       entry.key = key;
@@ -981,7 +1039,9 @@ class SlurmController::Cluster {
         changed = true;
         continue;
       }
-      if (auto known = by_tag.find(key); known != by_tag.end()) {
+      std::error_code marker_ec;
+      const bool ours = fs::exists(entry.run_dir / "intent", marker_ec);
+      if (auto known = by_tag.find(key); known != by_tag.end() && ours) {
         // Submitted before (a restart between Slurm's answer and the marker): adopt.
         entry.slurm_id = known->second->id;
         PrimeLogOffsets(&entry);
@@ -1162,8 +1222,7 @@ class SlurmController::Cluster {
     return true;
   }
 
-  void HandleStops(const std::map<Key, int64_t>& stops,
-                   const std::map<int64_t, const slurm::Job*>& by_id) {
+  void HandleStops(const std::map<Key, int64_t>& stops) {
     const double now_s = SteadyS();
     for (const auto& [key, grace_ms] : stops) {
       auto it = jobs_.find(key);
@@ -1172,16 +1231,16 @@ class SlurmController::Cluster {
       if (job.stop) continue;
       job.stop = true;
       const int64_t grace = grace_ms >= 0 ? grace_ms : options_->stop_grace_ms;
-      auto sj = by_id.find(job.slurm_id);
-      const bool running = sj != by_id.end() && (sj->second->state == slurm::JobState::kRunning ||
-                                                 sj->second->state == slurm::JobState::kSuspended);
+      const bool running = job.started;  // as the last full pass saw it
       if (job.slurm_id <= 0) {
         job.ended = true;
         continue;
       }
       if (running && grace > 0) {
-        // SIGTERM now (the tasks may checkpoint), Slurm's cancel after the grace.
-        Count(client_->Cancel(job.slurm_id, SIGTERM));
+        // SIGTERM now through the task wrappers (the tasks may checkpoint),
+        // Slurm's cancel after the grace.
+        Status asked = WriteFile(job.run_dir / "stop", "stop\n", 0644);
+        if (!asked.ok()) LogError("asking " + job.tag + " to stop", asked);
         job.kill_at_s = now_s + static_cast<double>(grace) / 1000.0;
       } else {
         Count(client_->Cancel(job.slurm_id, 0));

@@ -13,7 +13,8 @@
 //    mirrored into the attempt: pending reasons, start, per-task exit codes
 //    (from files the job's wrapper writes), TIMEOUT, NODE_FAIL (lost and
 //    requeued), PREEMPTED; its output files become the job's logs; a stop
-//    is SIGTERM, then Slurm's cancel after the grace period;
+//    is a "stop" file in the attempt's run directory, which makes the task
+//    wrappers send SIGTERM, then Slurm's cancel after the grace period;
 //  - failures: the Slurm calls go through a circuit breaker; while the
 //    controller is unreachable the nodes take no new work, running jobs
 //    stay as they are, and attempts not yet handed over go back to the
@@ -80,7 +81,8 @@ std::string_view FerryReasonForSlurm(std::string_view slurm_reason);
 // What one attempt's Slurm job runs: the batch script (srun of the task
 // wrapper on every task; it records srun's status) and the task wrapper (the
 // FERRY_* and torch-style variables, its own GPU slice when several tasks
-// share a node, SIGTERM passed on once, the exit code written to
+// share a node, SIGTERM passed on once (also when <run_dir>/stop appears:
+// Ferry's stop), the exit code written to
 // <run_dir>/exit.<task>).
 struct SlurmScripts {
   std::string batch;

@@ -159,7 +159,7 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
               "cuda=$CUDA_VISIBLE_DEVICES job=$FERRY_JOB_ID master=$MASTER_ADDR; "
               "echo to-stderr >&2")
     job_id = submit(server, command=["/bin/sh", "-c", script], tasks=2, gpus_per_task=1,
-                    pool_set="slurm")
+                    gpu_models=["H200"], pool_set="slurm")
     job = server.wait_state(job_id, "SUCCEEDED", timeout=60)
     assert job["reason"] == "EXITED_ZERO"
     lines = sorted(log_text(server, job_id).splitlines())
@@ -177,6 +177,9 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     mine = [j for j in cluster.jobs() if j["job_id"] == slurm_id]
     assert mine and mine[0]["comment"] == f"ferry:hpc:{job_id}:1"
     assert mine[0]["job_state"] == "COMPLETED"
+    # The model asked for went to Slurm as the GRES type; both tasks on one node.
+    assert "gpu:h200:2" in mine[0]["tres_per_node"], mine[0]["tres_per_node"]
+    assert mine[0]["node_count"] == 1 and mine[0]["tasks_per_node"] == 2
 
     # A job outside Ferry takes three GPUs: Ferry sees them as external and
     # never places a 2-GPU job there, while a 1-GPU job still fits.
@@ -370,3 +373,35 @@ def test_server_killed_between_slurm_submit_and_record_runs_the_job_once(fleet, 
     tagged = [j for j in cluster.jobs() if j["comment"].startswith(f"ferry:hpc:{job_id}:")]
     assert len(tagged) == 1, tagged  # never submitted twice
     assert runs.read_text() == "run\n"
+
+
+def test_ferry_preempts_a_slurm_job_with_its_grace_then_requeues_it(fleet, slurm, tmp_path):
+    cluster = slurm()
+    preemption = "preemption: {priority: true, grace_s: 2}\n"
+    server = start_server(fleet, tmp_path, config_text(cluster, extra=preemption))
+    slurm_node(server)
+    saved = tmp_path / "checkpoint"
+    victim_script = (f"trap 'echo checkpoint > {saved}; exit 0' TERM; echo working; "
+                     "while :; do sleep 0.1; done")
+    victim = submit(server, command=["/bin/sh", "-c", victim_script], gpus_per_task=4,
+                    pool_set="slurm", preemptible=True, priority=-10, max_retries=2)
+    server.wait_state(victim, "RUNNING", timeout=60)
+    harness.wait_for(lambda: "working" in log_text(server, victim), 20, "the victim working")
+    urgent = submit(server, command=["/bin/sh", "-c", "echo urgent"], gpus_per_task=4,
+                    pool_set="slurm", priority=100)
+    # SIGTERM reaches the victim in Slurm; it checkpoints; its attempt ends
+    # PREEMPTED and the urgent job runs on the GPUs it gave back.
+    done = server.wait_state(urgent, "SUCCEEDED", timeout=90)
+    assert done["placement"][0]["node"] == "hpc-ferry-node1"
+    assert saved.read_text() == "checkpoint\n"
+    job = server.job(victim)
+    first = [a for a in job["attempts"] if a["attempt"] == 1][0]
+    assert first["state"] == "PREEMPTED" and first["reason"] == "PREEMPTED_BY_PRIORITY", first
+    assert first["preempted_for"] == urgent
+    # Attempt 2 runs in Slurm again, as a new Slurm job.
+    server.wait_job(victim, lambda j: j["attempt"] == 2 and j["state"] == "RUNNING", 60,
+                    "attempt 2 running")
+    tags = sorted(j["comment"] for j in cluster.jobs() if j["comment"].startswith(
+        f"ferry:hpc:{victim}:"))
+    assert tags == [f"ferry:hpc:{victim}:1", f"ferry:hpc:{victim}:2"], tags
+    server.call("POST", f"/v1/jobs/{victim}:cancel")
