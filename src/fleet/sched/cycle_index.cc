@@ -556,7 +556,7 @@ int64_t CycleRun::EverCapacity(const JobInfo& job, int model) {
   return total;
 }
 
-int64_t CycleRun::CloudCapacity(const JobInfo& job, int model, int64_t cap) const {
+int64_t CycleRun::CloudCapacity(const JobInfo& job, int model, int64_t cap, double before_s) const {
   if (!config_.burst.enabled) return 0;
   const Shape& s = job.shape;
   int64_t total = 0;
@@ -564,6 +564,7 @@ int64_t CycleRun::CloudCapacity(const JobInfo& job, int model, int64_t cap) cons
     if (total >= cap) break;
     const IndexedPool& pool = pools_[static_cast<size_t>(p)];
     if (pool.config == nullptr || !pool.cloud || pool.config->max_nodes <= pool.nodes) continue;
+    if (!(pool.config->provisioning_delay_s < before_s)) continue;
     const NodeShape& shape = pool.config->node;
     if (s.gpus > 0 && (shape.gpus <= 0 || ModelId(CanonicalGpuModel(shape.gpu_model)) != model))
       continue;
@@ -635,17 +636,8 @@ const Tiers& CycleRun::MakeTiers(const JobInfo& job, const PendingJob& pending) 
     }
     keyed.push_back({k, p});
   }
-  std::stable_sort(keyed.begin(), keyed.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  Tiers tiers;
-  tiers.tier_of_pool.assign(pools_.size(), -1);
-  for (size_t i = 0; i < keyed.size(); ++i) {
-    if (i == 0 || keyed[i].first != keyed[i - 1].first) tiers.pools.emplace_back();
-    tiers.pools.back().push_back(keyed[i].second);
-    tiers.tier_of_pool[static_cast<size_t>(keyed[i].second)] =
-        static_cast<int>(tiers.pools.size()) - 1;
-  }
-  const Tiers& made = tiers_.emplace(std::move(key), std::move(tiers)).first->second;
+  const Tiers& made =
+      tiers_.emplace(std::move(key), GroupTiers(std::move(keyed), pools_.size())).first->second;
   if (plain) tiers_fast_[fast] = &made;
   return made;
 }

@@ -156,6 +156,23 @@ struct Tiers {
   std::vector<int> tier_of_pool;  // -1: not in the set
 };
 
+// (key, pool) pairs as tiers: sorted by key (stable, so the set's order
+// breaks ties), one tier per distinct key.
+template <typename Key>
+Tiers GroupTiers(std::vector<std::pair<Key, int>> keyed, size_t pool_count) {
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  Tiers tiers;
+  tiers.tier_of_pool.assign(pool_count, -1);
+  for (size_t i = 0; i < keyed.size(); ++i) {
+    if (i == 0 || keyed[i].first != keyed[i - 1].first) tiers.pools.emplace_back();
+    tiers.pools.back().push_back(keyed[i].second);
+    tiers.tier_of_pool[static_cast<size_t>(keyed[i].second)] =
+        static_cast<int>(tiers.pools.size()) - 1;
+  }
+  return tiers;
+}
+
 // What the job loop reads of a pending job, compact (the loop visits jobs in
 // queue order, not memory order: one cache line per job instead of several).
 struct JobInfo {
@@ -261,7 +278,10 @@ class CycleRun {
   int64_t EverCapacity(const JobInfo& job, int model);
   // Tasks of `job`'s shape on GPUs of `model` that the cloud pools of its set
   // could still add (up to max_nodes, only with burst enabled), at most `cap`.
-  int64_t CloudCapacity(const JobInfo& job, int model, int64_t cap) const;
+  // Cloud burst room (tasks, at most `cap`) for the job's set; only pools
+  // that provision faster than `before_s` when it is given.
+  int64_t CloudCapacity(const JobInfo& job, int model, int64_t cap,
+                        double before_s = std::numeric_limits<double>::infinity()) const;
   // The most free GPUs of a model `job` accepts on one schedulable node of
   // its pool set, now.
   int LargestFreeBlock(const JobInfo& job);
@@ -283,8 +303,6 @@ class CycleRun {
   // `*left_out`: how many Slurm pools that leaves out (fewer for a bigger
   // gang; it tells memo entries of different tiers apart).
   const Tiers& SearchTiers(const JobInfo& job, const PendingJob& pending, int model, int* left_out);
-  // CloudCapacity, counting only cloud pools that provision faster than `delay_s`.
-  int64_t CloudCapacityBefore(const JobInfo& job, int model, int64_t cap, double delay_s) const;
   int64_t TasksFitting(const IndexedNode& node, int model, const Shape& s, uint64_t mask,
                        int64_t cap) const;
   int FindSingleNode(const std::vector<int>& tier_pools, int model, const Shape& s, int64_t need,

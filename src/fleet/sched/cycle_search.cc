@@ -40,25 +40,6 @@ int CycleRun::FindSingleNode(const std::vector<int>& tier_pools, int model, cons
   return -1;
 }
 
-int64_t CycleRun::CloudCapacityBefore(const JobInfo& job, int model, int64_t cap,
-                                      double delay_s) const {
-  if (!config_.burst.enabled) return 0;
-  const Shape& s = job.shape;
-  int64_t total = 0;
-  for (int p : sets_[static_cast<size_t>(job.set)].pools) {
-    if (total >= cap) break;
-    const IndexedPool& pool = pools_[static_cast<size_t>(p)];
-    if (pool.config == nullptr || !pool.cloud || pool.config->max_nodes <= pool.nodes) continue;
-    if (!(pool.config->provisioning_delay_s < delay_s)) continue;
-    const NodeShape& shape = pool.config->node;
-    if (s.gpus > 0 && (shape.gpus <= 0 || ModelId(CanonicalGpuModel(shape.gpu_model)) != model))
-      continue;
-    const int64_t per_node = TasksThatFit(s, shape.gpus, shape.cpus, shape.memory_mb, cap);
-    total += std::min<int64_t>(cap, per_node * (pool.config->max_nodes - pool.nodes));
-  }
-  return std::min(total, cap);
-}
-
 const Tiers& CycleRun::SearchTiers(const JobInfo& job, const PendingJob& pending, int model,
                                    int* left_out) {
   *left_out = 0;
@@ -84,23 +65,15 @@ const Tiers& CycleRun::SearchTiers(const JobInfo& job, const PendingJob& pending
     for (int p : set.pools) {
       const double delay = StartDelay(pools_[static_cast<size_t>(p)]);
       if (delay > 0 && may_burst &&
-          CloudCapacityBefore(job, model, job.shape.tasks, delay) >= job.shape.tasks) {
+          CloudCapacity(job, model, job.shape.tasks, delay) >= job.shape.tasks) {
         ++out;
         continue;
       }
       keyed.emplace_back(delay, p);
     }
-    std::stable_sort(keyed.begin(), keyed.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    Tiers tiers;
-    tiers.tier_of_pool.assign(pools_.size(), -1);
-    for (size_t i = 0; i < keyed.size(); ++i) {
-      if (i == 0 || keyed[i].first != keyed[i - 1].first) tiers.pools.emplace_back();
-      tiers.pools.back().push_back(keyed[i].second);
-      tiers.tier_of_pool[static_cast<size_t>(keyed[i].second)] =
-          static_cast<int>(tiers.pools.size()) - 1;
-    }
-    it = latency_tiers_.emplace(key, std::make_pair(std::move(tiers), out)).first;
+    it = latency_tiers_
+             .emplace(key, std::make_pair(GroupTiers(std::move(keyed), pools_.size()), out))
+             .first;
   }
   *left_out = it->second.second;
   return it->second.first;
