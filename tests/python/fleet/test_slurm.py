@@ -181,6 +181,13 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     assert "gpu:h200:2" in mine[0]["tres_per_node"], mine[0]["tres_per_node"]
     assert mine[0]["node_count"] == 1 and mine[0]["tasks_per_node"] == 2
 
+    # A task's exit code comes back through the wrapper's file.
+    failing = submit(server, command=["/bin/sh", "-c", "echo bye; exit 3"], gpus_per_task=1,
+                     pool_set="slurm")
+    failed = server.wait_state(failing, "FAILED", timeout=60)
+    assert failed["reason"] == "EXITED_NONZERO" and failed["exit_code"] == 3, failed
+    assert log_text(server, failing) == "bye\n"
+
     # A job outside Ferry takes three GPUs: Ferry sees them as external and
     # never places a 2-GPU job there, while a 1-GPU job still fits.
     outside = cluster.tool("sbatch", "--parsable", "--gpus-per-node=3", f"--chdir={tmp_path}",
@@ -210,8 +217,8 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
 
     status = slurm_cluster_status(server)
     assert status["reachable"] and status["breaker"] == "closed"
-    assert status["submitted"] == 3 and status["pools"] == ["hpc"]
-    assert harness.metric(server, 'ferry_slurm_submitted_total{provider="hpc"}') == 3
+    assert status["submitted"] == 4 and status["pools"] == ["hpc"]
+    assert harness.metric(server, 'ferry_slurm_submitted_total{provider="hpc"}') == 4
     assert harness.metric(server, 'ferry_slurm_reachable{provider="hpc"}') == 1
     assert harness.metric(server, 'ferry_provider_breaker_state{provider="hpc",state="closed"}') == 1
     assert harness.metric(server, 'ferry_provider_nodes{provider="hpc",state="registered"}') == 1
