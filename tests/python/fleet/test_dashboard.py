@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK),
     reason=f"{CHROMIUM} is missing (Debian package chromium); the dashboard tests need a browser")
 
+from playwright.sync_api import Error as PlaywrightError  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 ferry = harness.cli
@@ -95,8 +96,18 @@ class Dashboard:
         self.pages.append(page)
         return page
 
-    def sign_in(self, page, token):
-        page.goto(page.server.url + "/ui/")
+    def sign_in(self, page, token, retry_navigation=False):
+        # `retry_navigation`: against a server starved of workers on
+        # purpose, the browser's first load may land on a kept-alive socket
+        # the server is just giving up (net::ERR_SOCKET_NOT_CONNECTED, which
+        # Chromium does not retry itself); a user would reload.
+        for attempt in range(3 if retry_navigation else 1):
+            try:
+                page.goto(page.server.url + "/ui/")
+                break
+            except PlaywrightError as e:
+                if attempt == 2 or "net::ERR_" not in str(e):
+                    raise
         page.fill("#token", token)
         page.click("#sign-in")
         expect(page.locator("#who")).to_be_visible()
@@ -447,7 +458,7 @@ def test_the_pages_survive_a_server_with_few_workers(dash, tmp_path):
     try:
         pages = [dash.page(server) for _ in range(3)]
         for page in pages:
-            dash.sign_in(page, server.admin_token)
+            dash.sign_in(page, server.admin_token, retry_navigation=True)
         for name in ["queues", "jobs", "nodes", "overview"] * 2:
             for page in pages:
                 dash.open(page, name)
