@@ -111,6 +111,40 @@ class ResilientProvider : public Provider {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---- Provider params.
+
+// Reads a ProviderConfig's `params` (text values) into typed fields, from a
+// table of the settings a provider kind knows:
+//
+//   ProviderParams params("slurm");
+//   params.Text("endpoint", &s.endpoint).Number("timeout_s", &s.timeout_s)
+//       .Integer("submit_parallelism", &s.submit_parallelism, 1, 64);
+//   FERRY_RETURN_NOT_OK(params.Read(config));
+//
+// Numbers are >= 0 (finite), integers whole and within [min, max]. An
+// unknown key or a bad value is kInvalid, prefixed "provider '<name>': "
+// and naming the key (an unknown key's message lists the known ones).
+class ProviderParams {
+ public:
+  explicit ProviderParams(std::string kind);
+  ProviderParams& Text(std::string key, std::string* out);
+  ProviderParams& Number(std::string key, double* out);
+  ProviderParams& Integer(std::string key, int64_t* out, int64_t min = 0,
+                          int64_t max = INT64_MAX);
+  ProviderParams& Integer(std::string key, int* out, int min = 0, int max = INT32_MAX);
+  ProviderParams& Integer(std::string key, uint64_t* out);
+  Status Read(const sched::ProviderConfig& config) const;
+
+ private:
+  struct Entry {
+    std::string key;
+    std::function<Status(const std::string& value)> set;
+  };
+  ProviderParams& Add(std::string key, std::function<Status(const std::string&)> set);
+  std::string kind_;
+  std::vector<Entry> entries_;
+};
+
 // ---- The local provider.
 struct LocalProviderOptions {
   std::string ferry_binary;           // path of `ferry` (runs `ferry agent ...`)

@@ -251,6 +251,9 @@ struct SyncRequest {
   std::vector<TaskReport> reports;  // what happened since the last sync (applied in order)
   int64_t now_ms = 0;
   int64_t lease_ms = 10'000;
+  // Who the reports' events name; empty: "agent:<node>". A resource
+  // manager's controller syncing its nodes names itself ("slurm:<cluster>").
+  std::string actor;
 };
 
 struct SyncResult {

@@ -454,65 +454,24 @@ class LocalProvider final : public Provider {
   std::thread worker_;
 };
 
-Status ParseDouble(const std::string& key, const std::string& text, double* out) {
-  double value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
-      value < 0) {
-    return Status::Invalid("params." + key + ": expected a number >= 0, got '" + text + "'");
-  }
-  *out = value;
-  return Status::OK();
-}
-
-template <typename Int>
-Status ParseInteger(const std::string& key, const std::string& text, Int* out) {
-  Int value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0) {
-    return Status::Invalid("params." + key + ": expected an integer >= 0, got '" + text + "'");
-  }
-  *out = value;
-  return Status::OK();
-}
-
 }  // namespace
 
 Result<LocalProviderOptions> LocalProviderOptionsFromConfig(const sched::ProviderConfig& config,
                                                             LocalProviderOptions base) {
-  const std::string prefix = "provider '" + config.name + "': ";
   if (config.spot_interruptions_per_hour > 0) {
     base.spot_interruptions_per_hour = config.spot_interruptions_per_hour;
   }
-  for (const auto& [key, value] : config.params) {
-    Status status;
-    if (key == "ferry_binary") {
-      base.ferry_binary = value;
-    } else if (key == "server_url") {
-      base.server_url = value;
-    } else if (key == "agent_token_file") {
-      base.agent_token_file = value;
-    } else if (key == "ca_file") {
-      base.ca_file = value;
-    } else if (key == "work_dir") {
-      base.work_dir = value;
-    } else if (key == "name_prefix") {
-      base.name_prefix = value;
-    } else if (key == "seed") {
-      status = ParseInteger(key, value, &base.seed);
-    } else if (key == "fail_next_provisions") {
-      status = ParseInteger(key, value, &base.fail_next_provisions);
-    } else if (key == "stop_timeout_s") {
-      status = ParseDouble(key, value, &base.stop_timeout_s);
-    } else {
-      status = Status::Invalid(
-          "params." + key +
-          ": unknown setting of the local provider (expected ferry_binary, server_url, "
-          "agent_token_file, ca_file, work_dir, name_prefix, seed, fail_next_provisions or "
-          "stop_timeout_s)");
-    }
-    if (!status.ok()) return status.WithPrefix(prefix);
-  }
+  ProviderParams params("local");
+  params.Text("ferry_binary", &base.ferry_binary)
+      .Text("server_url", &base.server_url)
+      .Text("agent_token_file", &base.agent_token_file)
+      .Text("ca_file", &base.ca_file)
+      .Text("work_dir", &base.work_dir)
+      .Text("name_prefix", &base.name_prefix)
+      .Integer("seed", &base.seed)
+      .Integer("fail_next_provisions", &base.fail_next_provisions)
+      .Number("stop_timeout_s", &base.stop_timeout_s);
+  FERRY_RETURN_NOT_OK(params.Read(config));
   return base;
 }
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -423,6 +424,48 @@ TEST(LocalProviderOptions, FromConfigParams) {
   EXPECT_FALSE(LocalProviderOptionsFromConfig(config, {}).ok());
   config.params = {{"seed", "-1"}};
   EXPECT_FALSE(LocalProviderOptionsFromConfig(config, {}).ok());
+}
+
+TEST(ProviderParams, ReadsTheTableAndNamesTheKeyOfEveryError) {
+  std::string text;
+  double number = 0;
+  int small = 0;
+  int64_t big = 0;
+  ProviderParams params("test");
+  params.Text("name", &text).Number("rate", &number).Integer("width", &small, 1, 8).Integer(
+      "count", &big);
+  sched::ProviderConfig config;
+  config.name = "p";
+  config.params = {{"name", "x y"}, {"rate", "0.25"}, {"width", "8"}, {"count", "12"}};
+  ASSERT_OK(params.Read(config));
+  EXPECT_EQ(text, "x y");
+  EXPECT_DOUBLE_EQ(number, 0.25);
+  EXPECT_EQ(small, 8);
+  EXPECT_EQ(big, 12);
+
+  auto error = [&](std::map<std::string, std::string> values) {
+    config.params = std::move(values);
+    Status status = params.Read(config);
+    EXPECT_EQ(status.code(), StatusCode::kInvalid);
+    return status.message();
+  };
+  EXPECT_EQ(error({{"nmae", "x"}}),
+            "provider 'p': params.nmae: unknown setting of the test provider (expected name, "
+            "rate, width or count)");
+  EXPECT_EQ(error({{"rate", "fast"}}),
+            "provider 'p': params.rate: expected a number >= 0, got 'fast'");
+  EXPECT_EQ(error({{"rate", "-1"}}), "provider 'p': params.rate: expected a number >= 0, got '-1'");
+  EXPECT_EQ(error({{"rate", "inf"}}),
+            "provider 'p': params.rate: expected a number >= 0, got 'inf'");
+  EXPECT_EQ(error({{"width", "9"}}),
+            "provider 'p': params.width: expected an integer from 1 to 8, got '9'");
+  EXPECT_EQ(error({{"width", "2.5"}}),
+            "provider 'p': params.width: expected an integer from 1 to 8, got '2.5'");
+  EXPECT_EQ(error({{"count", ""}}), "provider 'p': params.count: expected an integer >= 0, got ''");
+  EXPECT_EQ(error({{"count", "99999999999999999999"}}),
+            "provider 'p': params.count: expected an integer >= 0, got '99999999999999999999'");
+  // A refused value is not stored.
+  EXPECT_EQ(small, 8);
 }
 
 TEST(LocalProviderOptions, MakeRefusesIncompleteOptions) {

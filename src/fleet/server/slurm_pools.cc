@@ -25,16 +25,6 @@ using json = nlohmann::json;
 
 namespace {
 
-Status ParseNumber(const std::string& key, const std::string& text, double* out) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0) {
-    return Status::Invalid("params." + key + ": expected a number >= 0, got '" + text + "'");
-  }
-  *out = value;
-  return Status::OK();
-}
-
 double SteadyS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -121,47 +111,23 @@ Result<SlurmSettings> SlurmSettingsFromConfig(const sched::ProviderConfig& confi
   s.node_prefix = config.name + "-";
   s.tag = config.name;
   const std::string prefix = "provider '" + config.name + "': ";
-  for (const auto& [key, value] : config.params) {
-    Status status;
-    if (key == "endpoint") {
-      s.endpoint = value;
-    } else if (key == "user_name") {
-      s.user_name = value;
-    } else if (key == "token_file") {
-      s.token_file = value;
-    } else if (key == "api_version") {
-      s.api_version = value;
-    } else if (key == "slurm_conf") {
-      s.slurm_conf = value;
-    } else if (key == "bin_dir") {
-      s.bin_dir = value;
-    } else if (key == "timeout_s") {
-      status = ParseNumber(key, value, &s.timeout_s);
-    } else if (key == "work_dir") {
-      s.work_dir = value;
-    } else if (key == "sync_interval_s") {
-      status = ParseNumber(key, value, &s.sync_interval_s);
-    } else if (key == "node_prefix") {
-      s.node_prefix = value;
-    } else if (key == "tag") {
-      s.tag = value;
-    } else if (key == "path") {
-      s.path = value;
-    } else if (key == "unreachable_requeue_s") {
-      status = ParseNumber(key, value, &s.unreachable_requeue_s);
-    } else if (key == "fault_kill_after_submit") {
-      double count = 0;
-      status = ParseNumber(key, value, &count);
-      s.fault_kill_after_submit = static_cast<int>(count);
-    } else {
-      status = Status::Invalid(
-          "params." + key +
-          ": unknown setting of the slurm provider (expected endpoint, user_name, token_file, "
-          "api_version, slurm_conf, bin_dir, timeout_s, work_dir, sync_interval_s, node_prefix, "
-          "tag, path, unreachable_requeue_s or fault_kill_after_submit)");
-    }
-    if (!status.ok()) return status.WithPrefix(prefix);
-  }
+  ProviderParams params("slurm");
+  params.Text("endpoint", &s.endpoint)
+      .Text("user_name", &s.user_name)
+      .Text("token_file", &s.token_file)
+      .Text("api_version", &s.api_version)
+      .Text("slurm_conf", &s.slurm_conf)
+      .Text("bin_dir", &s.bin_dir)
+      .Number("timeout_s", &s.timeout_s)
+      .Text("work_dir", &s.work_dir)
+      .Number("sync_interval_s", &s.sync_interval_s)
+      .Text("node_prefix", &s.node_prefix)
+      .Text("tag", &s.tag)
+      .Text("path", &s.path)
+      .Number("unreachable_requeue_s", &s.unreachable_requeue_s)
+      .Integer("submit_parallelism", &s.submit_parallelism, 1, 64)
+      .Integer("fault_kill_after_submit", &s.fault_kill_after_submit);
+  FERRY_RETURN_NOT_OK(params.Read(config));
   if (s.work_dir.empty() || s.work_dir.front() != '/') {
     return Status::Invalid(prefix + "params.work_dir: must be an absolute path");
   }
@@ -311,6 +277,7 @@ class SlurmController::Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     if (thread_.joinable()) return;
     thread_ = std::thread([this] { Loop(); });
+    reader_thread_ = std::thread([this] { ReadLoop(); });
     lease_thread_ = std::thread([this] { LeaseLoop(); });
   }
 
@@ -321,6 +288,7 @@ class SlurmController::Cluster {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    if (reader_thread_.joinable()) reader_thread_.join();
     if (lease_thread_.joinable()) lease_thread_.join();
   }
 
@@ -414,27 +382,84 @@ class SlurmController::Cluster {
     int64_t memory_mb_per_node = 0;
   };
 
-  // A full pass (read Slurm, then sync) every sync_interval_s; a wake-up in
-  // between (an admission, a stop) runs a quick pass that hands new attempts
-  // to Slurm and passes stops on without reading Slurm first.
-  void Loop() {
-    double last_full_s = 0;
+  // What one read of Slurm found: its nodes and the jobs carrying Ferry's
+  // tag, or why the read failed.
+  struct Snapshot {
+    bool reachable = false;
+    std::vector<slurm::Node> nodes;
+    std::vector<slurm::Job> jobs;
+    std::string failed_what;  // "listing nodes" / "listing jobs"
+    Status failure;
+    // When the read began: a job handed to Slurm after it may be missing.
+    fs::file_time_type read_start;
+  };
+
+  // The reader thread reads Slurm every sync_interval_s and hands each
+  // snapshot to the cluster's thread, which runs a full pass with it
+  // (mirroring, capacity, logs). A wake-up (an admission, a stop) runs a
+  // quick pass there at once that submits new attempts and passes stops on.
+  // Slurm's tools can take tens of milliseconds (longer when slurmctld is
+  // slow), and no submission waits behind them.
+  void ReadLoop() {
     while (true) {
-      bool woken = false;
+      const double started_s = SteadyS();
+      Snapshot snapshot = Read();
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (stopping_) return;
-        const double wait = std::max(0.0, last_full_s + settings_.sync_interval_s - SteadyS());
-        woken = cv_.wait_for(lock, std::chrono::duration<double>(wait),
-                             [&] { return stopping_ || woken_; });
+        snapshot_ = std::move(snapshot);
+      }
+      cv_.notify_all();
+      std::unique_lock<std::mutex> lock(mu_);
+      const double wait = std::max(0.0, started_s + settings_.sync_interval_s - SteadyS());
+      if (cv_.wait_for(lock, std::chrono::duration<double>(wait), [&] { return stopping_; })) {
+        return;
+      }
+    }
+  }
+
+  Snapshot Read() {
+    Snapshot snapshot;
+    snapshot.read_start = fs::file_time_type::clock::now();
+    bool allowed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      allowed = breaker_.Allow(SteadyS());
+      breaker_state_ = breaker_.state();
+    }
+    if (!allowed) return snapshot;
+    Result<std::vector<slurm::Node>> listed = client_->ListNodes();
+    if (!Count(listed)) {
+      snapshot.failed_what = "listing nodes";
+      snapshot.failure = listed.status();
+      return snapshot;
+    }
+    slurm::JobFilter filter;
+    filter.comment_prefix = TagPrefix();
+    Result<std::vector<slurm::Job>> jobs = client_->ListJobs(filter);
+    if (!Count(jobs)) {
+      snapshot.failed_what = "listing jobs";
+      snapshot.failure = jobs.status();
+      return snapshot;
+    }
+    snapshot.nodes = std::move(*listed);
+    snapshot.jobs = std::move(*jobs);
+    snapshot.reachable = true;
+    return snapshot;
+  }
+
+  void Loop() {
+    while (true) {
+      std::optional<Snapshot> snapshot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || woken_ || snapshot_.has_value(); });
         if (stopping_) return;
         woken_ = false;
+        snapshot.swap(snapshot_);
       }
-      const bool full =
-          !woken || SteadyS() - last_full_s >= settings_.sync_interval_s || !reachable_now_;
-      if (full) {
-        last_full_s = SteadyS();
-        Tick();
+      if (snapshot) {
+        Tick(std::move(*snapshot));
       } else {
         QuickTick();
       }
@@ -451,7 +476,7 @@ class SlurmController::Cluster {
     std::map<Key, std::vector<TaskAssignment>> starts;
     std::map<Key, int64_t> stops;
     SyncFerry(&starts, &stops);
-    bool changed = HandleStarts(pools, starts, {}, /*listed=*/false);
+    bool changed = HandleStarts(pools, starts, {}, std::nullopt);
     HandleStops(stops);
     if (!outbox_.empty()) {
       SyncFerry(nullptr, nullptr);
@@ -552,38 +577,16 @@ class SlurmController::Cluster {
 
   // ---- One pass.
 
-  void Tick() {
+  void Tick(Snapshot snapshot) {
     std::vector<sched::PoolConfig> pools;
     {
       std::lock_guard<std::mutex> lock(mu_);
       pools = pools_;
     }
-    bool allowed = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      allowed = breaker_.Allow(SteadyS());
-      breaker_state_ = breaker_.state();
-    }
-    std::vector<slurm::Node> slurm_nodes;
-    std::vector<slurm::Job> slurm_jobs;
-    bool reachable = false;
-    if (allowed) {
-      Result<std::vector<slurm::Node>> listed = client_->ListNodes();
-      if (Count(listed)) {
-        slurm::JobFilter filter;
-        filter.comment_prefix = TagPrefix();
-        Result<std::vector<slurm::Job>> jobs = client_->ListJobs(filter);
-        if (Count(jobs)) {
-          slurm_nodes = std::move(*listed);
-          slurm_jobs = std::move(*jobs);
-          reachable = true;
-        } else {
-          LogOnce("listing jobs", jobs.status());
-        }
-      } else {
-        LogOnce("listing nodes", listed.status());
-      }
-    }
+    const bool reachable = snapshot.reachable;
+    const std::vector<slurm::Node>& slurm_nodes = snapshot.nodes;
+    const std::vector<slurm::Job>& slurm_jobs = snapshot.jobs;
+    if (!snapshot.failure.ok()) LogOnce(snapshot.failed_what, snapshot.failure);
     const double now_s = SteadyS();
     if (reachable) {
       if (!reachable_now_) LogInfo("reachable (" + client_->Describe() + ")");
@@ -622,7 +625,7 @@ class SlurmController::Cluster {
     SyncFerry(&starts, &stops);
     if (reachable) {
       changed |= Reconcile(by_tag);
-      changed |= HandleStarts(pools, starts, by_tag, /*listed=*/true);
+      changed |= HandleStarts(pools, starts, by_tag, snapshot.read_start);
       HandleStops(stops);
       changed |= Mirror(by_id);
       TailAllLogs();
@@ -859,6 +862,7 @@ class SlurmController::Cluster {
       if (auto it = outbox_.find(name); it != outbox_.end()) request.reports = it->second;
       request.now_ms = WallMs();
       request.lease_ms = options_->lease_ms;
+      request.actor = Actor();
       Result<SyncResult> synced = store_->SyncNode(request);
       if (!synced.ok()) {
         LogError("syncing " + name, synced.status());
@@ -1000,15 +1004,17 @@ class SlurmController::Cluster {
     entry->memory_mb_per_node = spec.memory_mb_per_task * per_node;
   }
 
-  // `listed`: by_tag is Slurm's list from this pass. Without it only
-  // attempts never handed over before (no marker) are submitted.
+  // `listed_at`: by_tag is Slurm's list from a read that began then. Without
+  // it only attempts never handed over before (no marker) are submitted.
   bool HandleStarts(const std::vector<sched::PoolConfig>& pools,
                     std::map<Key, std::vector<TaskAssignment>>& starts,
-                    const std::map<Key, const slurm::Job*>& by_tag, bool listed) {
+                    const std::map<Key, const slurm::Job*>& by_tag,
+                    std::optional<fs::file_time_type> listed_at) {
     bool changed = false;
+    std::vector<PendingSubmit> pending;
     for (auto& [key, assignments] : starts) {
       if (jobs_.count(key)) continue;
-      if (!listed) {
+      if (!listed_at) {
         std::error_code ec;
         if (fs::exists(RunDir(key) / "intent", ec) || fs::exists(RunDir(key) / "submitted", ec)) {
           continue;  // handed over before: the next full pass decides with Slurm's list
@@ -1062,6 +1068,9 @@ class SlurmController::Cluster {
       }
       const fs::path intent = entry.run_dir / "intent";
       if (fs::exists(intent, ec)) {
+        // The marker is rewritten after a submission whose answer was lost:
+        // a list read before that may miss a job Slurm did accept.
+        if (fs::last_write_time(intent, ec) >= *listed_at && !ec) continue;
         // A submission was under way and its answer never recorded. Slurm
         // lists a job it accepted for MinJobAge (300 s by default) after it
         // ends; an intent this young that Slurm does not list was never
@@ -1078,29 +1087,67 @@ class SlurmController::Cluster {
           continue;
         }
       }
-      changed |= Submit(pools, a, std::move(entry));
+      std::optional<PendingSubmit> prepared = PrepareSubmit(pools, a, std::move(entry));
+      if (prepared) pending.push_back(std::move(*prepared));
     }
+    changed |= SubmitAll(pending);
     return changed;
   }
 
-  bool Submit(const std::vector<sched::PoolConfig>& pools, const TaskAssignment& a,
-              JobEntry entry) {
+  // One attempt ready for Slurm: its scripts and intent marker are written.
+  struct PendingSubmit {
+    JobEntry entry;
+    slurm::SubmitRequest request;
+    std::optional<Result<int64_t>> answer;
+  };
+
+  // Hands the prepared attempts to Slurm, up to submit_parallelism at once
+  // (each CLI submission is an sbatch process, each REST one a request),
+  // then records the answers in order on this thread.
+  bool SubmitAll(std::vector<PendingSubmit>& pending) {
+    if (pending.empty()) return false;
+    const size_t width =
+        std::min(pending.size(), static_cast<size_t>(std::max(1, settings_.submit_parallelism)));
+    if (width == 1) {
+      for (PendingSubmit& p : pending) p.answer = client_->Submit(p.request);
+    } else {
+      std::atomic<size_t> next{0};
+      auto work = [&] {
+        for (size_t i = next++; i < pending.size(); i = next++) {
+          pending[i].answer = client_->Submit(pending[i].request);
+        }
+      };
+      std::vector<std::thread> workers;
+      workers.reserve(width - 1);
+      for (size_t w = 1; w < width; ++w) workers.emplace_back(work);
+      work();
+      for (std::thread& t : workers) t.join();
+    }
+    bool changed = false;
+    for (PendingSubmit& p : pending) changed |= RecordSubmit(std::move(p));
+    return changed;
+  }
+
+  // Writes an attempt's scripts and intent marker and builds its Slurm
+  // request; nothing when it cannot go now (the next pass tries again).
+  std::optional<PendingSubmit> PrepareSubmit(const std::vector<sched::PoolConfig>& pools,
+                                             const TaskAssignment& a, JobEntry entry) {
     const JobSpec& spec = a.spec;
     const NodeEntry& first = nodes_[entry.task_nodes.front()];
     const sched::PoolConfig* pool = nullptr;
     for (const sched::PoolConfig& p : pools) {
       if (p.name == first.pool && p.slurm) pool = &p;
     }
-    if (pool == nullptr) return false;  // reconfigured meanwhile: next pass
+    if (pool == nullptr) return std::nullopt;  // reconfigured meanwhile: next pass
     Result<std::optional<Job>> job = store_->GetJob(Scope::All(), entry.key.first);
-    if (!job.ok() || !job->has_value()) return false;
+    if (!job.ok() || !job->has_value()) return std::nullopt;
     const auto [account, qos] = pool->slurm->AccountFor((*job)->tenant, (*job)->team, (*job)->user);
 
     std::error_code ec;
     fs::create_directories(entry.run_dir, ec);
     if (ec) {
       LogError("creating " + entry.run_dir.string(), Status::IOError(ec.message()));
-      return false;
+      return std::nullopt;
     }
     const std::string title = "Ferry job " + std::to_string(entry.key.first) + ", attempt " +
                               std::to_string(entry.key.second) + " (" + entry.tag + ")";
@@ -1115,7 +1162,7 @@ class SlurmController::Cluster {
     if (written.ok()) written = WriteFile(entry.run_dir / "intent", entry.tag + "\n", 0644);
     if (!written.ok()) {
       LogError("writing the scripts of " + entry.tag, written);
-      return false;
+      return std::nullopt;
     }
 
     slurm::SubmitRequest request;
@@ -1178,13 +1225,25 @@ class SlurmController::Cluster {
     }
     request.script = scripts.batch;
 
-    Result<int64_t> id = client_->Submit(request);
+    return PendingSubmit{std::move(entry), std::move(request), std::nullopt};
+  }
+
+  // Slurm's answer to one submission: the job recorded, or refused.
+  bool RecordSubmit(PendingSubmit p) {
+    JobEntry& entry = p.entry;
+    const slurm::SubmitRequest& request = p.request;
+    std::error_code ec;
+    const Result<int64_t>& id = *p.answer;
     Count(id);
     if (!id.ok()) {
       if (Transient(id.status())) {
         // Slurm may or may not have it: the next pass lists it (adopt) or
         // finds the young intent and submits again.
         LogError("submitting " + entry.tag, id.status());
+        // Rewritten, so that only a list read after this answer can tell
+        // that Slurm does not have the job.
+        Status touched = WriteFile(entry.run_dir / "intent", entry.tag + "\n", 0644);
+        if (!touched.ok()) LogError("rewriting the intent of " + entry.tag, touched);
         return false;
       }
       fs::remove(entry.run_dir / "intent", ec);
@@ -1477,7 +1536,9 @@ class SlurmController::Cluster {
   bool stopping_ = false;
   bool woken_ = false;
   std::thread thread_;
+  std::thread reader_thread_;
   std::thread lease_thread_;
+  std::optional<Snapshot> snapshot_;  // the reader's newest, not yet taken
   std::map<std::string, LeaseView> lease_view_;  // registered nodes, as the last pass left them
   std::vector<sched::PoolConfig> pools_;
   std::vector<std::string> pool_names_;

@@ -58,6 +58,7 @@ struct SlurmSettings {
   std::string tag;               // jobs carry "ferry:<tag>:" in their comment
   std::string path = "/usr/local/bin:/usr/bin:/bin";  // the jobs' PATH
   double unreachable_requeue_s = 60;
+  int submit_parallelism = 4;  // Slurm submissions in flight at once
   // Fault injection for tests: the server kills itself (SIGKILL) right after
   // Slurm accepted its Nth submission, before anything of it is recorded.
   int fault_kill_after_submit = 0;

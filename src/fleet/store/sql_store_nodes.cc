@@ -121,7 +121,7 @@ Result<SyncResult> SqlStore::SyncNode(const SyncRequest& request) {
         c.Query("UPDATE nodes SET last_heartbeat_ms = ?, lease_expires_at_ms = ? WHERE id = ?",
                 {request.now_ms, result.lease_expires_at_ms, node_id})
             .status());
-    const std::string actor = "agent:" + request.node;
+    const std::string actor = request.actor.empty() ? "agent:" + request.node : request.actor;
     for (const TaskReport& report : request.reports) {
       FERRY_RETURN_NOT_OK(ApplyReport(c, node_id, request.node, actor, report, request.now_ms));
     }

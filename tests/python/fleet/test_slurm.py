@@ -171,8 +171,13 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     assert len(set(devices)) == 2 and all(d in "0123" for d in devices), devices
     assert f"job={job_id}" in lines[0]
     assert log_text(server, job_id, stream="stderr").count("to-stderr") == 2
-    notes = [e for e in events(server, job_id) if e["type"] == "slurm_submitted"]
+    timeline = events(server, job_id)
+    notes = [e for e in timeline if e["type"] == "slurm_submitted"]
     assert len(notes) == 1 and "as job" in notes[0]["message"], notes
+    # The task events name the Slurm controller, not an agent.
+    task_events = [e for e in timeline if e["type"] in ("task_started", "task_exited")]
+    assert len(task_events) == 4, timeline
+    assert {e["actor"] for e in task_events} == {"slurm:hpc"}, task_events
     slurm_id = int(notes[0]["message"].split("as job ")[1].split()[0])
     mine = [j for j in cluster.jobs() if j["job_id"] == slurm_id]
     assert mine and mine[0]["comment"] == f"ferry:hpc:{job_id}:1"
@@ -250,6 +255,60 @@ def test_mixed_fleet_one_quota_across_agents_and_slurm(fleet, slurm, tmp_path):
     for job in (first, second, third):
         server.wait_state(job, "SUCCEEDED", timeout=60)
     assert "done" in log_text(server, first) and "done" in log_text(server, second)
+
+
+def test_fair_share_counts_slurm_and_agent_usage_together(fleet, slurm, tmp_path):
+    """Fair-share order over one view of both resource managers: acme holds
+    1 GPU on the agent and 2 on Slurm (3), beta 2 on the agent. Counting the
+    agent alone, acme would be the under-served tenant; with its Slurm job
+    counted, beta is, and beta's younger job gets the freed Slurm GPUs."""
+    cluster = slurm()
+    server = start_server(fleet, tmp_path, config_text(cluster, extra="ordering: fair_share\n"))
+    slurm_node(server)
+    fleet.agent(server, "agent-1", gpus="4xH200", extra_args=AGENT_ARGS)
+    acme = server.create_user("ann", tenant="acme")
+    beta = server.create_user("bob", tenant="beta")
+    gamma = server.create_user("gus", tenant="gamma")
+
+    def holder(name):
+        flag = tmp_path / f"release-{name}"
+        return flag, ["/bin/sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.1; done"]
+
+    flags = {}
+    held = []
+    for name, token, gpus, pool_set in (("acme-agent", acme, 1, "agents"),
+                                        ("acme-slurm", acme, 2, "slurm"),
+                                        ("beta-agent", beta, 2, "agents"),
+                                        ("gamma-slurm", gamma, 2, "slurm")):
+        flags[name], command = holder(name)
+        job = submit(server, token=token, name=name, command=command, gpus_per_task=gpus,
+                     pool_set=pool_set)
+        server.wait_state(job, "RUNNING", timeout=60)
+        held.append(job)
+    where = {server.job(j)["name"]: server.job(j)["placement"][0]["node"] for j in held}
+    assert where == {"acme-agent": "agent-1", "acme-slurm": "hpc-ferry-node1",
+                     "beta-agent": "agent-1", "gamma-slurm": "hpc-ferry-node1"}, where
+
+    # Full for 2-GPU jobs (1 GPU left on the agent): both wait, acme's first.
+    older = submit(server, token=acme, name="acme-next", command=["/bin/true"],
+                   gpus_per_task=2, pool_set="any")
+    server.wait_job(older, lambda j: j["reason"] == "NO_CAPACITY", 20, "NO_CAPACITY")
+    flags["beta-next"], command = holder("beta-next")
+    younger = submit(server, token=beta, name="beta-next", command=command,
+                     gpus_per_task=2, pool_set="any")
+    server.wait_job(younger, lambda j: j["reason"] == "NO_CAPACITY", 20, "NO_CAPACITY")
+
+    flags["gamma-slurm"].write_text("go")
+    server.wait_state(held[3], "SUCCEEDED", timeout=60)
+    placed = server.wait_state(younger, "RUNNING", timeout=60)
+    assert placed["placement"][0]["node"] == "hpc-ferry-node1", placed["placement"]
+    waiting = server.job(older)
+    assert waiting["state"] == "PENDING" and waiting["reason"] == "NO_CAPACITY", waiting
+    for flag in flags.values():
+        flag.write_text("go")
+    server.wait_state(older, "SUCCEEDED", timeout=60)
+    for job in held + [younger]:
+        server.wait_state(job, "SUCCEEDED", timeout=60)
 
 
 def test_pending_reason_from_slurm_then_cancel_with_sigterm(fleet, slurm, tmp_path):
