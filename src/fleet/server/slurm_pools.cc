@@ -796,7 +796,11 @@ class SlurmController::Cluster {
   }
 
   bool LoseNode(const std::string& name, const slurm::Node& sn) {
-    const std::string message = "Slurm reports node " + sn.name + " " + sn.state +
+    // The state with its flags: a node that stopped answering is still
+    // "MIXED" with NOT_RESPONDING until Slurm declares it DOWN.
+    std::string state = sn.state;
+    for (const std::string& flag : sn.state_flags) state += "+" + flag;
+    const std::string message = "Slurm reports node " + sn.name + " " + state +
                                 (sn.reason.empty() ? "" : " (" + sn.reason + ")");
     Result<ExpiryResult> lost =
         store_->MarkNodeLost(name, std::string(reason::kNodeLost), message, WallMs());

@@ -471,3 +471,46 @@ def test_ferry_preempts_a_slurm_job_with_its_grace_then_requeues_it(fleet, slurm
         f"ferry:hpc:{victim}:"))
     assert tags == [f"ferry:hpc:{victim}:1", f"ferry:hpc:{victim}:2"], tags
     server.call("POST", f"/v1/jobs/{victim}:cancel")
+
+
+def test_slurm_preemption_requeues_the_attempt_in_ferry(fleet, slurm, tmp_path):
+    """Slurm's own preemption: a job of the cluster's `urgent` partition (a
+    higher PriorityTier, PreemptMode=CANCEL) takes the node from Ferry's job.
+    The attempt ends PREEMPTED_BY_RESOURCE_MANAGER and is requeued; attempt 2
+    waits in Slurm's queue behind the other job, then runs."""
+    cluster = slurm()
+    server = start_server(fleet, tmp_path, config_text(cluster))
+    slurm_node(server)
+    script = 'if [ "$FERRY_ATTEMPT" = 1 ]; then echo first; sleep 600; fi; echo second'
+    job_id = submit(server, command=["/bin/sh", "-c", script], gpus_per_task=4, pool_set="slurm",
+                    max_retries=2)
+    server.wait_state(job_id, "RUNNING", timeout=60)
+    harness.wait_for(lambda: "first" in log_text(server, job_id), 20, "attempt 1 working")
+    flag = tmp_path / "urgent-release"
+    other = cluster.tool("sbatch", "--parsable", "--partition",
+                         cluster.env["SLURM_TEST_URGENT_PARTITION"], "--gpus-per-node=4",
+                         f"--chdir={tmp_path}", "--output=/dev/null",
+                         "--wrap", f"while [ ! -e {flag} ]; do sleep 0.1; done")
+    assert other.returncode == 0, other.stderr
+    job = server.wait_job(job_id, lambda j: j["attempt"] == 2, 60, "attempt 2")
+    first = [a for a in job["attempts"] if a["attempt"] == 1][0]
+    assert first["state"] == "PREEMPTED", first
+    assert first["reason"] == "PREEMPTED_BY_RESOURCE_MANAGER", first
+    tag = f"ferry:hpc:{job_id}:1"
+    preempted = [j for j in cluster.jobs() if j["comment"] == tag]
+    assert [j["job_state"] for j in preempted] == ["PREEMPTED"], preempted
+
+    # Attempt 2 went back to Slurm at once (the urgent job had not started
+    # when Slurm reported the preemption), and Slurm queues it behind the
+    # urgent job: Ferry shows Slurm's reason.
+    waiting = server.wait_job(job_id, lambda j: j["reason"] == "NO_CAPACITY", 20,
+                              "attempt 2 waiting in Slurm")
+    assert waiting["state"] == "ADMITTED" and waiting["attempt"] == 2, waiting
+    pending = [e for e in events(server, job_id) if e["type"] == "slurm_pending"]
+    assert pending and "Resources" in pending[-1]["message"], pending
+    queued = [j for j in cluster.jobs() if j["comment"] == f"ferry:hpc:{job_id}:2"]
+    assert [j["job_state"] for j in queued] == ["PENDING"], queued
+    flag.write_text("go")
+    done = server.wait_state(job_id, "SUCCEEDED", timeout=60)
+    assert done["attempt"] == 2
+    assert "second" in log_text(server, job_id)

@@ -199,6 +199,9 @@ def test_slurmd_killed_on_one_node_loses_the_gang_attempt_once(fleet, slurm2, tm
     assert lost["state"] == "LOST" and lost["reason"] == "NODE_LOST", lost
     lost_event = [e for e in events(server, job_id) if e["state"] == "LOST"]
     assert len(lost_event) == 1 and "ferry-node2" in lost_event[0]["message"], lost_event
+    # The message names the state that made it lost, flags included.
+    assert ("NOT_RESPONDING" in lost_event[0]["message"]
+            or "DOWN" in lost_event[0]["message"]), lost_event
     assert server.admin("GET", "/v1/nodes/hpc-ferry-node2")["state"] == "LOST"
     # The healthy node's slurmd is untouched and its node stays in Ferry.
     assert server.admin("GET", "/v1/nodes/hpc-ferry-node1")["state"] == "READY"
