@@ -514,3 +514,30 @@ def test_slurm_preemption_requeues_the_attempt_in_ferry(fleet, slurm, tmp_path):
     done = server.wait_state(job_id, "SUCCEEDED", timeout=60)
     assert done["attempt"] == 2
     assert "second" in log_text(server, job_id)
+
+
+def test_slurm_time_limit_ends_the_job_as_timeout(fleet, slurm, tmp_path):
+    """The pool's time_limit_minutes goes to Slurm as --time; when Slurm ends
+    the job at its limit (TIMEOUT), Ferry's job ends TIMEOUT,
+    MAX_RUNTIME_EXCEEDED. Slurm's smallest limit is a minute and slurmctld
+    checks limits every 30 s, so this takes 60-95 s."""
+    cluster = slurm()
+    text = config_text(cluster).replace(
+        f"      partition: {cluster.env['SLURM_TEST_PARTITION']}\n",
+        f"      partition: {cluster.env['SLURM_TEST_PARTITION']}\n"
+        "      time_limit_minutes: 1\n")
+    assert "time_limit_minutes: 1" in text
+    server = start_server(fleet, tmp_path, text)
+    slurm_node(server)
+    job_id = submit(server, command=["/bin/sh", "-c", "echo started; sleep 600"],
+                    gpus_per_task=1, pool_set="slurm")
+    server.wait_state(job_id, "RUNNING", timeout=60)
+    tag = f"ferry:hpc:{job_id}:1"
+    mine = [j for j in cluster.jobs() if j["comment"] == tag]
+    assert len(mine) == 1 and mine[0]["time_limit"] == 1, mine
+    job = server.wait_state(job_id, ["TIMEOUT", "FAILED", "SUCCEEDED", "LOST"], timeout=150)
+    assert job["state"] == "TIMEOUT" and job["reason"] == "MAX_RUNTIME_EXCEEDED", job
+    assert [j["job_state"] for j in cluster.jobs() if j["comment"] == tag] == ["TIMEOUT"]
+    assert "started" in log_text(server, job_id)
+    ended = [e for e in events(server, job_id) if e["state"] == "TIMEOUT"]
+    assert ended and "time limit" in ended[0]["message"], ended
