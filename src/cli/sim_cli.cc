@@ -18,6 +18,19 @@ namespace sim = fleet::sim;
 
 namespace {
 
+// The policies a config runs with: its ordering and default scoring, plus
+// each pool set that scores differently ("fifo+binpack,burst=latency").
+std::string ConfigLabel(const sched::Config& config) {
+  std::string label = std::string(sched::ToString(config.ordering)) + "+" +
+                      std::string(sched::ToString(config.default_scoring));
+  for (const sched::PoolSet& set : config.pool_sets) {
+    if (set.scoring != config.default_scoring) {
+      label += "," + set.name + "=" + std::string(sched::ToString(set.scoring));
+    }
+  }
+  return label;
+}
+
 constexpr int kOk = 0;
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
@@ -247,10 +260,7 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
       sched::Config config = configs[c];
       ApplySimPolicy(policy, &config);
       std::string label = policy.label;
-      if (label == "config") {
-        label = std::string(sched::ToString(config.ordering)) + "+" +
-                std::string(sched::ToString(config.default_scoring));
-      }
+      if (label == "config") label = ConfigLabel(config);
       if (configs.size() > 1) label = Stem(a.configs[c]) + "/" + label;
       auto result = sim::Simulate(config, jobs, options);
       if (!result.ok()) return fail(label + ": " + result.status().message());

@@ -174,6 +174,12 @@ TEST(SimCli, RunsEveryPolicyAndWritesReports) {
   ASSERT_EQ(plain.code, 0) << plain.err;
   EXPECT_NE(plain.out.find("| fifo+binpack |"), std::string::npos) << plain.out;
   EXPECT_TRUE(plain.err.empty()) << plain.err;
+  // A pool set that scores its own way is named in the label.
+  const std::string tiers = dir.Write(
+      "tiers.yaml", std::string(kCluster) + "pool_sets:\n  - {name: fast, scoring: latency}\n");
+  Outcome tiered = Sim({"--config", tiers, "--trace", trace, "--quiet"});
+  ASSERT_EQ(tiered.code, 0) << tiered.err;
+  EXPECT_NE(tiered.out.find("| fifo+binpack,fast=latency |"), std::string::npos) << tiered.out;
 }
 
 TEST(SimCli, MergesSyntheticWorkloadsAndComparesConfigs) {

@@ -128,11 +128,11 @@ class ProviderParams {
  public:
   explicit ProviderParams(std::string kind);
   ProviderParams& Text(std::string key, std::string* out);
-  ProviderParams& Number(std::string key, double* out);
-  ProviderParams& Integer(std::string key, int64_t* out, int64_t min = 0,
+  ProviderParams& Number(const std::string& key, double* out);
+  ProviderParams& Integer(const std::string& key, int64_t* out, int64_t min = 0,
                           int64_t max = INT64_MAX);
-  ProviderParams& Integer(std::string key, int* out, int min = 0, int max = INT32_MAX);
-  ProviderParams& Integer(std::string key, uint64_t* out);
+  ProviderParams& Integer(const std::string& key, int* out, int min = 0, int max = INT32_MAX);
+  ProviderParams& Integer(const std::string& key, uint64_t* out);
   Status Read(const sched::ProviderConfig& config) const;
 
  private:

@@ -22,10 +22,10 @@ Status ParseWhole(const std::string& key, const std::string& text, Int min, Int 
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < min ||
       value > max) {
-    const std::string range = max == std::numeric_limits<Int>::max()
-                                  ? "an integer >= " + std::to_string(min)
-                                  : "an integer from " + std::to_string(min) + " to " +
-                                        std::to_string(max);
+    const std::string range =
+        max == std::numeric_limits<Int>::max()
+            ? "an integer >= " + std::to_string(min)
+            : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
     return Bad(key, range, text);
   }
   *out = value;
@@ -49,7 +49,7 @@ ProviderParams& ProviderParams::Text(std::string key, std::string* out) {
   });
 }
 
-ProviderParams& ProviderParams::Number(std::string key, double* out) {
+ProviderParams& ProviderParams::Number(const std::string& key, double* out) {
   return Add(key, [key, out](const std::string& text) {
     double value = 0;
     auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -62,19 +62,20 @@ ProviderParams& ProviderParams::Number(std::string key, double* out) {
   });
 }
 
-ProviderParams& ProviderParams::Integer(std::string key, int64_t* out, int64_t min, int64_t max) {
+ProviderParams& ProviderParams::Integer(const std::string& key, int64_t* out, int64_t min,
+                                        int64_t max) {
   return Add(key, [key, out, min, max](const std::string& text) {
     return ParseWhole(key, text, min, max, out);
   });
 }
 
-ProviderParams& ProviderParams::Integer(std::string key, int* out, int min, int max) {
+ProviderParams& ProviderParams::Integer(const std::string& key, int* out, int min, int max) {
   return Add(key, [key, out, min, max](const std::string& text) {
     return ParseWhole(key, text, min, max, out);
   });
 }
 
-ProviderParams& ProviderParams::Integer(std::string key, uint64_t* out) {
+ProviderParams& ProviderParams::Integer(const std::string& key, uint64_t* out) {
   return Add(key, [key, out](const std::string& text) {
     return ParseWhole<uint64_t>(key, text, 0, std::numeric_limits<uint64_t>::max(), out);
   });

@@ -432,8 +432,10 @@ TEST(ProviderParams, ReadsTheTableAndNamesTheKeyOfEveryError) {
   int small = 0;
   int64_t big = 0;
   ProviderParams params("test");
-  params.Text("name", &text).Number("rate", &number).Integer("width", &small, 1, 8).Integer(
-      "count", &big);
+  params.Text("name", &text)
+      .Number("rate", &number)
+      .Integer("width", &small, 1, 8)
+      .Integer("count", &big);
   sched::ProviderConfig config;
   config.name = "p";
   config.params = {{"name", "x y"}, {"rate", "0.25"}, {"width", "8"}, {"count", "12"}};

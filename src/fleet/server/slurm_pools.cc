@@ -1542,7 +1542,7 @@ class SlurmController::Cluster {
   std::thread thread_;
   std::thread reader_thread_;
   std::thread lease_thread_;
-  std::optional<Snapshot> snapshot_;  // the reader's newest, not yet taken
+  std::optional<Snapshot> snapshot_;             // the reader's newest, not yet taken
   std::map<std::string, LeaseView> lease_view_;  // registered nodes, as the last pass left them
   std::vector<sched::PoolConfig> pools_;
   std::vector<std::string> pool_names_;

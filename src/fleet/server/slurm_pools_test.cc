@@ -33,16 +33,15 @@ TEST(SlurmSettings, DefaultsFollowTheProviderAndDataDir) {
 }
 
 TEST(SlurmSettings, ParamsAreRead) {
-  ASSERT_OK_AND_ASSIGN(
-      SlurmSettings s,
-      SlurmSettingsFromConfig(Provider({{"endpoint", "unix:/run/slurmrestd.sock"},
-                                        {"api_version", "v0.0.38"},
-                                        {"work_dir", "/shared/ferry"},
-                                        {"sync_interval_s", "0.001"},
-                                        {"tag", "lab"},
-                                        {"submit_parallelism", "1"},
-                                        {"unreachable_requeue_s", "5"}}),
-                              "/data"));
+  ASSERT_OK_AND_ASSIGN(SlurmSettings s,
+                       SlurmSettingsFromConfig(Provider({{"endpoint", "unix:/run/slurmrestd.sock"},
+                                                         {"api_version", "v0.0.38"},
+                                                         {"work_dir", "/shared/ferry"},
+                                                         {"sync_interval_s", "0.001"},
+                                                         {"tag", "lab"},
+                                                         {"submit_parallelism", "1"},
+                                                         {"unreachable_requeue_s", "5"}}),
+                                               "/data"));
   EXPECT_EQ(s.endpoint, "unix:/run/slurmrestd.sock");
   EXPECT_EQ(s.api_version, "v0.0.38");
   EXPECT_EQ(s.work_dir, "/shared/ferry");
@@ -65,11 +64,13 @@ TEST(SlurmSettings, BadParamsAreRefusedByName) {
             "provider 'hpc': params.timeout_s: expected a number >= 0, got 'ten'");
   EXPECT_EQ(message({{"work_dir", "relative/dir"}}),
             "provider 'hpc': params.work_dir: must be an absolute path");
-  EXPECT_EQ(message({{"tag", "a:b"}}), "provider 'hpc': params.tag: must be non-empty and without ':'");
+  EXPECT_EQ(message({{"tag", "a:b"}}),
+            "provider 'hpc': params.tag: must be non-empty and without ':'");
   EXPECT_EQ(message({{"endpoint", "ssh://login"}}),
             "provider 'hpc': params.endpoint: expected cli, unix:/path or http(s)://...");
-  EXPECT_NE(message({{"partition", "gpu"}}).find("params.partition: unknown setting of the slurm "
-                                                 "provider (expected endpoint, "),
+  EXPECT_NE(message({{"partition", "gpu"}})
+                .find("params.partition: unknown setting of the slurm "
+                      "provider (expected endpoint, "),
             std::string::npos);
 }
 

@@ -26,17 +26,19 @@ AGENT_ARGS = ["--pool", "onprem", "--cpus", "8", "--memory-mb", "16384", "--sync
 class SlurmCluster:
     """A private Slurm cluster for one test, stopped by PID afterwards."""
 
-    def __init__(self, slurmd_timeout=None):
+    def __init__(self, slurmd_timeout=None, nodes=1):
         # Socket paths must be short: not under pytest's tmp dirs.
         self.dir = tempfile.mkdtemp(prefix="fyslurm-", dir="/tmp")
         os.rmdir(self.dir)
         self.env = {}
         self.slurmd_timeout = slurmd_timeout
+        self.nodes = nodes
 
     def start(self):
         env = dict(os.environ, SLURM_TEST_OWNER_PID=str(os.getpid()))
         if self.slurmd_timeout:
             env["SLURM_TEST_SLURMD_TIMEOUT"] = str(self.slurmd_timeout)
+        env["SLURM_TEST_NODES"] = str(self.nodes)
         done = subprocess.run([str(CLUSTER), "start", self.dir], capture_output=True, text=True,
                               timeout=120, env=env)
         if done.returncode == 3:
@@ -46,6 +48,9 @@ class SlurmCluster:
         for line in done.stdout.splitlines():
             key, _, value = line.partition("=")
             self.env[key] = value
+        names = [f"ferry-node{i}" for i in range(1, self.nodes + 1)]
+        assert self.env.get("SLURM_TEST_NODES") == str(self.nodes), self.env
+        assert self.env.get("SLURM_TEST_NODE_NAMES") == ",".join(names), self.env
         return self
 
     def daemon(self, action, name, signal=None):

@@ -5,53 +5,10 @@ Slurm job over two real slurmds, and srun's steps cross the bridge. Ferry
 places the gang on both nodes, hands it to Slurm as one job with --nodes 2,
 and loses the attempt, not the job, when one node's slurmd dies."""
 
-import os
-
-import pytest
-
 import harness
-from test_slurm import AGENT_ARGS, SlurmCluster, config_text, events, log_text, start_server
+from test_slurm import AGENT_ARGS, config_text, events, log_text, slurm, start_server  # noqa: F401 (slurm: the fixture)
 
 NODES = ["hpc-ferry-node1", "hpc-ferry-node2"]
-
-
-class MultiNodeCluster(SlurmCluster):
-    """A SlurmCluster started with SLURM_TEST_NODES set."""
-
-    def __init__(self, nodes=2, **kw):
-        super().__init__(**kw)
-        self.nodes = nodes
-
-    def start(self):
-        saved = os.environ.get("SLURM_TEST_NODES")
-        os.environ["SLURM_TEST_NODES"] = str(self.nodes)
-        try:
-            super().start()
-        finally:
-            if saved is None:
-                del os.environ["SLURM_TEST_NODES"]
-            else:
-                os.environ["SLURM_TEST_NODES"] = saved
-        names = [f"ferry-node{i}" for i in range(1, self.nodes + 1)]
-        assert self.env.get("SLURM_TEST_NODES") == str(self.nodes), self.env
-        assert self.env.get("SLURM_TEST_NODE_NAMES") == ",".join(names), self.env
-        return self
-
-
-@pytest.fixture
-def slurm2():
-    if os.getuid() != 0:
-        pytest.skip("the Slurm test cluster needs root (slurmd runs jobs as their users)")
-    clusters = []
-
-    def make(**kw):
-        cluster = MultiNodeCluster(**kw)
-        clusters.append(cluster)
-        return cluster.start()
-
-    yield make
-    for cluster in clusters:
-        cluster.stop()
 
 
 def nodes_ready(server, names=NODES, timeout=30):
@@ -77,8 +34,8 @@ def fields(line):
     return dict(part.split("=", 1) for part in line.split())
 
 
-def test_gang_over_two_slurm_nodes_is_one_slurm_job(fleet, slurm2, tmp_path):
-    cluster = slurm2()
+def test_gang_over_two_slurm_nodes_is_one_slurm_job(fleet, slurm, tmp_path):
+    cluster = slurm(nodes=2)
     server = start_server(fleet, tmp_path, config_text(cluster))
     nodes = nodes_ready(server)
     for name, node in nodes.items():
@@ -152,8 +109,8 @@ def submit_gang(server, script, **spec):
     return r.json()["id"]
 
 
-def test_slurmd_killed_on_one_node_loses_the_gang_attempt_once(fleet, slurm2, tmp_path):
-    cluster = slurm2(slurmd_timeout=5)
+def test_slurmd_killed_on_one_node_loses_the_gang_attempt_once(fleet, slurm, tmp_path):
+    cluster = slurm(nodes=2, slurmd_timeout=5)
     server = start_server(fleet, tmp_path, config_text(cluster))
     nodes_ready(server)
     runs = tmp_path / "runs"
