@@ -13,5 +13,17 @@ TEST(Sha256Hex, KnownDigests) {
   EXPECT_EQ(Sha256Hex(with_nul).size(), 64u);
 }
 
+TEST(Sha256Stream, PiecesHashAsTheWholeAndItStartsOver) {
+  Sha256Stream stream;
+  stream.Update("a");
+  stream.Update("");
+  stream.Update("bc");
+  EXPECT_EQ(stream.FinishHex(), Sha256Hex("abc"));
+  EXPECT_EQ(stream.FinishHex(), Sha256Hex(""));  // nothing since the last digest
+  const std::string large(3 << 20, 'x');
+  for (size_t at = 0; at < large.size(); at += 1 << 20) stream.Update({large.data() + at, 1 << 20});
+  EXPECT_EQ(stream.FinishHex(), Sha256Hex(large));
+}
+
 }  // namespace
 }  // namespace ferry

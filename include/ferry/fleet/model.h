@@ -51,6 +51,8 @@ inline constexpr std::string_view kExitedZero = "EXITED_ZERO";
 inline constexpr std::string_view kExitedNonZero = "EXITED_NONZERO";  // a task exited != 0
 inline constexpr std::string_view kKilledBySignal = "KILLED_BY_SIGNAL";
 inline constexpr std::string_view kLaunchFailed = "LAUNCH_FAILED";  // the agent could not start it
+inline constexpr std::string_view kStagingFailed =
+    "STAGING_FAILED";  // the agent could not fetch or verify an input
 inline constexpr std::string_view kCancelledByUser = "CANCELLED_BY_USER";
 inline constexpr std::string_view kMaxRuntimeExceeded = "MAX_RUNTIME_EXCEEDED";
 inline constexpr std::string_view kNodeLost = "NODE_LOST";  // lease expired
@@ -97,12 +99,35 @@ struct Principal {
   Role role = Role::kUser;
 };
 
+// One input a job reads, staged on its node before the task starts and laid
+// out read-only at $FERRY_INPUTS_DIR/<name>. Either a registered dataset
+// version of the job's tenant or a single object named by URI.
+struct JobInput {
+  static constexpr size_t kMaxNameChars = 64;  // [A-Za-z0-9._-], unique in the job
+
+  std::string name;
+  std::string dataset;  // a dataset of the job's tenant, or empty
+  // The dataset version; 0 in a request means the latest at submission (the
+  // server stores the version it resolved).
+  int64_t version = 0;
+  std::string uri;            // or one object: s3://, https://, http:// or file:/// URI
+  std::string sha256;         // with uri (required): 64 lower-case hex digits
+  int64_t size = -1;          // with uri (optional): the object's size in bytes
+  std::string mode = "copy";  // "copy": fetched before the task starts
+  // Filled by the server at submission (shown by GET /v1/jobs/{id}).
+  std::string manifest_digest;  // a dataset input: "sha256:<hex>" of its manifest
+  int64_t bytes = 0;            // total bytes (a uri input: its size when given)
+  int64_t objects = 0;          // number of objects (a uri input: 1)
+};
+
 // What a user asks for. Validated by ParseJobSpec (model_json.h); the limits
 // are those constants.
 struct JobSpec {
   static constexpr int kMaxTasks = 1024;
   static constexpr int kMaxGpusPerTask = 64;
   static constexpr int kMaxArgs = 4096;
+  static constexpr int kMaxDatasets = 64;
+  static constexpr int kMaxInputs = 64;
 
   std::string name;                  // 1..128 chars
   std::vector<std::string> command;  // argv; empty only when `dataflow` is set
@@ -123,6 +148,7 @@ struct JobSpec {
   std::string topology;               // "", "same_node" or "same_domain" (a preference)
   std::vector<std::string> datasets;  // data sets the job reads (locality scoring)
   std::string pool_set;               // the scheduler config's pool set; "": the first
+  std::vector<JobInput> inputs;       // staged before start; at most 64
 };
 
 // One task of one attempt placed on a node.
@@ -238,6 +264,59 @@ struct Pool {
   int gpus_free = 0;  // on READY, undrained nodes, without an open allocation
   std::map<std::string, int> gpus_by_model;
 };
+
+// ---- Datasets: named, versioned, immutable manifests of objects under one
+// source URI, registered per tenant (POST /v1/datasets) and read by jobs'
+// inputs.
+struct DatasetObject {
+  std::string path;  // relative to the version's source; the object's URI is source + path
+  int64_t size = 0;
+  std::string sha256;  // 64 lower-case hex digits
+};
+
+struct DatasetVersion {
+  static constexpr size_t kMaxNameChars = 128;  // [A-Za-z0-9._-]
+  static constexpr size_t kMaxObjects = 100'000;
+  static constexpr size_t kMaxPathBytes = 1024;
+
+  int64_t tenant_id = 0;
+  std::string tenant;
+  std::string name;
+  int64_t version = 0;  // from 1, per (tenant, name)
+  // Base URI ending in '/': s3://bucket/prefix/, https://host/base/,
+  // http://host/base/ or file:///dir/.
+  std::string source;
+  std::string description;
+  std::vector<DatasetObject> objects;  // sorted by path (may be empty in summaries)
+  int64_t bytes = 0;                   // sum of the objects' sizes
+  int64_t object_count = 0;            // objects.size() when they are loaded
+  std::string digest;                  // ManifestDigest(source, objects)
+  int64_t created_at_ms = 0;
+  std::string created_by;  // user name
+};
+
+// "sha256:<hex>" over the canonical manifest: "ferry-manifest-v1\n", the
+// source and "\n", then "<path>\t<size>\t<sha256>\n" for every object in
+// path order. `sorted_objects` must already be sorted by path (bytewise).
+// Thread-safe; used by the server (registration) and the agent (checking
+// what it was sent).
+std::string ManifestDigest(const std::string& source,
+                           const std::vector<DatasetObject>& sorted_objects);
+
+// The checks every manifest and input passes, each returning "" when
+// `text` is acceptable, else what is wrong with it ("must be ...").
+// A dataset or input name: [A-Za-z0-9._-], 1..max_chars, not "." or "..".
+std::string CheckInputName(std::string_view text, size_t max_chars);
+// A manifest path: relative, '/'-separated, no empty, "." or ".." component,
+// no control characters, at most DatasetVersion::kMaxPathBytes bytes.
+std::string CheckObjectPath(std::string_view text);
+// 64 lower-case hex digits.
+std::string CheckSha256(std::string_view text);
+// A dataset source: s3://bucket/..., https://host/..., http://host/... or
+// file:///..., ending in '/'.
+std::string CheckDatasetSource(std::string_view text);
+// One object's URI (an input's uri): the same schemes, not ending in '/'.
+std::string CheckObjectUri(std::string_view text);
 
 // The pools of these nodes, by name (what Store::ListPools answers).
 std::vector<Pool> SummarisePools(const std::vector<Node>& nodes);

@@ -32,13 +32,36 @@ Result<JobSpec> ParseJobSpec(const nlohmann::json& body, std::vector<FieldError>
 std::optional<size_t> Utf8CodePoints(std::string_view text);
 
 nlohmann::json ToJson(const JobSpec& spec);
+nlohmann::json ToJson(const JobInput& input);
 nlohmann::json ToJson(const TaskPlacement& placement);
 // The full job resource (GET /v1/jobs/{id}); `with_attempts` adds the history.
 nlohmann::json ToJson(const Job& job, bool with_attempts = true);
 nlohmann::json ToJson(const JobEvent& event);
 nlohmann::json ToJson(const Node& node);
 nlohmann::json ToJson(const Pool& pool);
+// The assignment as GET... /v1/agent/sync sends it, with "tenant" and
+// "inputs" ([{"name", "objects": [{"path", "uri", "size", "sha256"}]}]).
 nlohmann::json ToJson(const TaskAssignment& assignment);
+nlohmann::json ToJson(const StagedInput& input);
+// An assignment's "inputs" array as ToJson writes it (agents read it with
+// this). Strict: every name, path, URI and digest is checked as the server
+// checks them, so a node never stages from a malformed assignment.
+Result<std::vector<StagedInput>> ParseStagedInputs(const nlohmann::json& inputs);
+
+// ---- Datasets.
+// POST /v1/datasets: {"name", "source", "description"?, "objects": [{"path",
+// "size", "sha256"}]}. Validates the manifest (docs/fleet-api.md#datasets),
+// sorts the objects by path and fills bytes, object_count and digest; the
+// tenant, version and creation fields are left for the store. Errors name
+// the field ("objects[3].path: must be relative (no leading '/')"); after
+// kMaxObjectErrors object errors the rest are counted, not listed.
+inline constexpr size_t kMaxObjectErrors = 50;
+Result<DatasetVersion> ParseDatasetRegistration(const nlohmann::json& body,
+                                                std::vector<FieldError>* errors);
+// {"name", "version", "source", "description", "bytes", "objects" (the
+// count), "digest", "created_at", "created_at_ms", "created_by"}; with
+// `with_objects`, also "manifest": the objects.
+nlohmann::json ToJson(const DatasetVersion& version, bool with_objects = false);
 
 // Milliseconds since the epoch as RFC 3339 UTC with milliseconds
 // ("2026-11-29T14:41:08.123Z"); 0 becomes null.

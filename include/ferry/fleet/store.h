@@ -183,6 +183,14 @@ enum class CancelOutcome {
   kAlreadyFinished,  // already terminal: unchanged (cancel is idempotent)
 };
 
+// ---- Datasets (model.h's DatasetVersion).
+struct DatasetCreateResult {
+  DatasetVersion version;  // with objects
+  // false: the latest version already had this manifest (same digest), and
+  // `version` is that one; nothing was written.
+  bool created = true;
+};
+
 // ---- Nodes and agents.
 struct GpuInventory {
   int index = 0;
@@ -222,13 +230,44 @@ struct TaskReport {
   // kLost (the attempt is LOST: a node failed under it; requeued by the
   // retry rules), kPreempted (PREEMPTED with PREEMPTED_BY_RESOURCE_MANAGER;
   // requeued) and kTimedOut (TIMEOUT, MAX_RUNTIME_EXCEEDED).
-  enum class Kind { kStarted, kExited, kLaunchFailed, kLost, kPreempted, kTimedOut };
+  //
+  // kStaging, kStaged and kStagingFailed are the agent's input staging for
+  // one task, before it launches: the first two only add an event
+  // ("staging_started", "staged"); kStagingFailed ends the attempt FAILED
+  // with STAGING_FAILED as kLaunchFailed ends it with LAUNCH_FAILED.
+  enum class Kind {
+    kStarted,
+    kExited,
+    kLaunchFailed,
+    kLost,
+    kPreempted,
+    kTimedOut,
+    kStaging,
+    kStaged,
+    kStagingFailed,
+  };
   TaskRef ref;
   Kind kind = Kind::kStarted;
   std::optional<int> exit_code;  // kExited: the exit status, or unset when killed by a signal
   std::optional<int> signal;     // kExited by a signal
   std::string message;
   int64_t at_ms = 0;
+};
+
+// One object of a staged input, as an agent fetches it: from `uri`, checked
+// against `sha256` (and `size` when >= 0), laid out at <input>/<path>.
+struct StagedObject {
+  std::string path;
+  std::string uri;
+  int64_t size = -1;
+  std::string sha256;
+};
+
+// One input of a task (JobSpec::inputs, resolved): a dataset version's
+// objects, or the one object of a uri input (path: the URI's last component).
+struct StagedInput {
+  std::string name;
+  std::vector<StagedObject> objects;
 };
 
 // Everything an agent needs to launch one task.
@@ -239,9 +278,12 @@ struct TaskAssignment {
   std::vector<int> gpu_indices;
   std::vector<std::string> gpu_uuids;
   std::vector<std::string> gang_nodes;  // node of every task, by task index
+  int64_t tenant_id = 0;                // the job's tenant (not sent to agents)
+  std::string tenant;                   // its name (agents pick storage credentials by it)
   // Filled in by the server as it sends the assignment (not kept in the store):
   std::vector<std::string> gang_addresses;  // advertised address of every task's node
   int rendezvous_port = 0;                  // the gang's MASTER_PORT; 0: none
+  std::vector<StagedInput> inputs;          // spec.inputs with every object to fetch
 };
 
 struct SyncRequest {
@@ -410,6 +452,30 @@ class Store {
   // The webhook's deliveries, newest first; nullopt when it is not in scope.
   virtual Result<std::optional<std::vector<WebhookDelivery>>> ListWebhookDeliveries(
       const Scope& scope, int64_t webhook_id, int limit) = 0;
+
+  // ---- Datasets. Versions are immutable and numbered from 1 per (tenant,
+  // name); everything is keyed by the tenant, so one tenant never reads
+  // another's datasets.
+  // Registers `manifest` (validated and digested by ParseDatasetRegistration:
+  // objects sorted, bytes, object_count and digest set) as version latest + 1
+  // of its name in the creator's tenant, or returns the latest version
+  // unchanged (created = false) when its digest is the same.
+  virtual Result<DatasetCreateResult> CreateDatasetVersion(const Principal& creator,
+                                                           const DatasetVersion& manifest,
+                                                           int64_t now_ms) = 0;
+  // One version (the latest when `version` is 0), with its objects when
+  // `with_objects`; nullopt when the tenant has no such dataset or version.
+  virtual Result<std::optional<DatasetVersion>> GetDatasetVersion(int64_t tenant_id,
+                                                                  const std::string& name,
+                                                                  int64_t version,
+                                                                  bool with_objects) = 0;
+  // The latest version of every dataset in scope (without objects), by
+  // tenant name, then dataset name.
+  virtual Result<std::vector<DatasetVersion>> ListDatasets(const Scope& scope) = 0;
+  // Every version of one dataset (without objects), oldest first; empty when
+  // the tenant has no dataset of that name.
+  virtual Result<std::vector<DatasetVersion>> ListDatasetVersions(int64_t tenant_id,
+                                                                  const std::string& name) = 0;
 
   // ---- Logs (appended by agents, read by users).
   virtual Status AppendLog(int64_t job_id, int attempt, int task, const std::string& stream,

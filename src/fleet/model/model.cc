@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "ferry/base/hash.h"
+
 namespace ferry::fleet {
 namespace {
 
@@ -94,6 +96,140 @@ std::vector<Pool> SummarisePools(const std::vector<Node>& nodes) {
   out.reserve(pools.size());
   for (auto& [name, pool] : pools) out.push_back(std::move(pool));
   return out;
+}
+
+std::string ManifestDigest(const std::string& source,
+                           const std::vector<DatasetObject>& sorted_objects) {
+  std::string canonical = "ferry-manifest-v1\n" + source + "\n";
+  size_t length = canonical.size();
+  for (const DatasetObject& object : sorted_objects) length += object.path.size() + 88;
+  canonical.reserve(length);
+  for (const DatasetObject& object : sorted_objects) {
+    canonical += object.path;
+    canonical += '\t';
+    canonical += std::to_string(object.size);
+    canonical += '\t';
+    canonical += object.sha256;
+    canonical += '\n';
+  }
+  return "sha256:" + Sha256Hex(canonical);
+}
+
+namespace {
+
+bool IsControl(char c) {
+  const auto byte = static_cast<unsigned char>(c);
+  return byte < 0x20 || byte == 0x7f;
+}
+
+// A '/'-separated path with no empty, "." or ".." component.
+bool CleanComponents(std::string_view path) {
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view component = path.substr(start, end - start);
+    if (component.empty() || component == "." || component == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+constexpr size_t kMaxUriBytes = 2048;
+
+// Splits a supported URI into its scheme ("s3", "https", "http", "file"),
+// its authority (bucket or host; empty for file) and the path after it
+// (without the leading '/'). "" when it is acceptable, else the problem.
+std::string SplitUri(std::string_view text, std::string_view* scheme, std::string_view* rest) {
+  if (text.size() > kMaxUriBytes) {
+    return "must be at most " + std::to_string(kMaxUriBytes) + " bytes";
+  }
+  for (char c : text) {
+    if (IsControl(c) || c == ' ') return "must not contain spaces or control characters";
+    if (c == '?' || c == '#') return "must not have a query or fragment";
+  }
+  static constexpr std::string_view kSchemes[] = {"s3://", "https://", "http://", "file://"};
+  for (std::string_view prefix : kSchemes) {
+    if (text.substr(0, prefix.size()) != prefix) continue;
+    *scheme = prefix.substr(0, prefix.size() - 3);
+    std::string_view after = text.substr(prefix.size());
+    if (*scheme == "file") {
+      if (after.empty() || after.front() != '/') return "a file URI must be file:///absolute/path";
+      *rest = after.substr(1);
+      return "";
+    }
+    const size_t slash = after.find('/');
+    if (slash == 0 || after.empty()) {
+      return *scheme == "s3" ? "an s3 URI must name a bucket (s3://bucket/...)"
+                             : "must name a host";
+    }
+    if (slash == std::string_view::npos) {
+      return "must have a path after the " + std::string(*scheme == "s3" ? "bucket" : "host") +
+             " ('/')";
+    }
+    *rest = after.substr(slash + 1);
+    return "";
+  }
+  return "must be an s3://, https://, http:// or file:/// URI";
+}
+
+}  // namespace
+
+std::string CheckInputName(std::string_view text, size_t max_chars) {
+  if (text.empty() || text.size() > max_chars) {
+    return "must have between 1 and " + std::to_string(max_chars) + " characters";
+  }
+  for (char c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return "may only contain letters, digits, '.', '_' and '-'";
+    }
+  }
+  if (text == "." || text == "..") return "must not be \".\" or \"..\"";
+  return "";
+}
+
+std::string CheckObjectPath(std::string_view text) {
+  if (text.empty()) return "must not be empty";
+  if (text.size() > DatasetVersion::kMaxPathBytes) {
+    return "must be at most " + std::to_string(DatasetVersion::kMaxPathBytes) + " bytes";
+  }
+  if (text.front() == '/') return "must be relative (no leading '/')";
+  for (char c : text) {
+    if (IsControl(c)) return "must not contain control characters";
+  }
+  if (!CleanComponents(text)) return "must not have empty, \".\" or \"..\" components";
+  return "";
+}
+
+std::string CheckSha256(std::string_view text) {
+  if (text.size() != 64) return "must be 64 lower-case hex digits";
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return "must be 64 lower-case hex digits";
+    }
+  }
+  return "";
+}
+
+std::string CheckDatasetSource(std::string_view text) {
+  std::string_view scheme;
+  std::string_view rest;
+  if (std::string problem = SplitUri(text, &scheme, &rest); !problem.empty()) return problem;
+  if (text.back() != '/') return "must end in '/' (objects' URIs are source + path)";
+  if (!rest.empty() && !CleanComponents(rest.substr(0, rest.size() - 1))) {
+    return "must not have empty, \".\" or \"..\" path components";
+  }
+  if (scheme == "file" && rest.empty()) return "must not be the file system root";
+  return "";
+}
+
+std::string CheckObjectUri(std::string_view text) {
+  std::string_view scheme;
+  std::string_view rest;
+  if (std::string problem = SplitUri(text, &scheme, &rest); !problem.empty()) return problem;
+  if (rest.empty() || text.back() == '/') return "must name one object (not end in '/')";
+  if (!CleanComponents(rest)) return "must not have empty, \".\" or \"..\" path components";
+  return "";
 }
 
 }  // namespace ferry::fleet

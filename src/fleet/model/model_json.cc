@@ -1,5 +1,6 @@
 #include "ferry/fleet/model_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
@@ -67,7 +68,8 @@ constexpr size_t kMaxKeyChars = 128;
 constexpr size_t kMaxValueChars = 4096;
 constexpr size_t kMaxMapEntries = 256;
 constexpr size_t kMaxGpuModels = 16;
-constexpr size_t kMaxDatasets = 64;
+constexpr size_t kMaxDatasets = JobSpec::kMaxDatasets;
+constexpr size_t kMaxInputs = JobSpec::kMaxInputs;
 constexpr int64_t kMaxMemoryMb = int64_t{1} << 40;
 constexpr int64_t kMaxRuntimeSeconds = int64_t{10} * 365 * 24 * 3600;
 
@@ -210,6 +212,103 @@ json StringMapJson(const std::map<std::string, std::string>& map) {
 
 json OptionalInt(const std::optional<int>& value) { return value ? json(*value) : json(nullptr); }
 
+constexpr int64_t kMaxCount = int64_t{1} << 53;  // exact in a JSON number everywhere
+
+// Reads one item of an array of objects with its own SpecReader, then moves
+// its errors out under "<array>[<index>].<field>".
+template <typename ReadItem>
+void ReadObjectArray(const json& array, const std::string& field, std::vector<FieldError>* errors,
+                     const ReadItem& read_item) {
+  for (size_t index = 0; index < array.size(); ++index) {
+    const std::string path = field + "[" + std::to_string(index) + "]";
+    const json& item = array[index];
+    if (!item.is_object()) {
+      errors->push_back({path, "must be an object"});
+      continue;
+    }
+    std::vector<FieldError> item_errors;
+    SpecReader reader(item, &item_errors);
+    read_item(reader, index);
+    reader.RejectUnknown();
+    for (FieldError& error : item_errors) {
+      errors->push_back(
+          {error.field.empty() ? path : path + "." + error.field, std::move(error.detail)});
+    }
+  }
+}
+
+// A check from model.h ("" or the problem) as a field error.
+void Check(SpecReader& reader, const char* field, const std::string& problem) {
+  if (!problem.empty()) reader.Fail(field, problem);
+}
+
+void ReadInputs(SpecReader& spec_reader, std::vector<FieldError>* errors,
+                std::vector<JobInput>* out) {
+  const json* inputs = spec_reader.Find("inputs");
+  if (inputs == nullptr) return;
+  if (!inputs->is_array()) return spec_reader.Fail("inputs", "must be an array of objects");
+  if (inputs->size() > kMaxInputs) {
+    return spec_reader.Fail("inputs", "must have at most " + std::to_string(kMaxInputs) + " items");
+  }
+  std::set<std::string, std::less<>> names;
+  ReadObjectArray(*inputs, "inputs", errors, [&](SpecReader& reader, size_t) {
+    JobInput input;
+    reader.String("name", 0, SIZE_MAX, &input.name);
+    if (reader.Find("name") == nullptr) {
+      reader.Fail("name", "is required");
+    } else if (reader.Find("name")->is_string()) {
+      Check(reader, "name", CheckInputName(input.name, JobInput::kMaxNameChars));
+      if (!input.name.empty() && !names.insert(input.name).second) {
+        reader.Fail("name", "duplicate input name \"" + input.name + "\"");
+      }
+    }
+    const bool has_dataset = reader.Find("dataset") != nullptr;
+    const bool has_uri = reader.Find("uri") != nullptr;
+    if (has_dataset == has_uri) {
+      reader.Fail(has_dataset ? "uri" : "dataset", "exactly one of dataset and uri is required");
+    }
+    reader.String("dataset", 0, SIZE_MAX, &input.dataset);
+    if (has_dataset && reader.Find("dataset")->is_string()) {
+      Check(reader, "dataset", CheckInputName(input.dataset, DatasetVersion::kMaxNameChars));
+    }
+    reader.Integer("version", 0, kMaxCount, &input.version);
+    reader.String("uri", 0, SIZE_MAX, &input.uri);
+    if (has_uri && reader.Find("uri")->is_string()) {
+      Check(reader, "uri", CheckObjectUri(input.uri));
+    }
+    reader.String("sha256", 0, SIZE_MAX, &input.sha256);
+    if (reader.Find("sha256") != nullptr && reader.Find("sha256")->is_string()) {
+      Check(reader, "sha256", CheckSha256(input.sha256));
+    }
+    reader.Integer("size", 0, kMaxCount, &input.size);
+    if (has_dataset) {
+      if (reader.Find("sha256") != nullptr) {
+        reader.Fail("sha256", "is for uri inputs (a dataset's manifest has the digests)");
+      }
+      if (reader.Find("size") != nullptr) reader.Fail("size", "is for uri inputs");
+    }
+    if (has_uri) {
+      if (reader.Find("sha256") == nullptr) reader.Fail("sha256", "is required with uri");
+      if (reader.Find("version") != nullptr) reader.Fail("version", "is for dataset inputs");
+    }
+    reader.String("mode", 0, kMaxNameChars, &input.mode);
+    if (input.mode == "stream") {
+      reader.Fail("mode", "mode \"stream\" is not implemented; use \"copy\"");
+    } else if (input.mode != "copy") {
+      reader.Fail("mode", "must be \"copy\"");
+    }
+    reader.String("manifest_digest", 0, kMaxNameChars, &input.manifest_digest);
+    if (!input.manifest_digest.empty() &&
+        (input.manifest_digest.rfind("sha256:", 0) != 0 ||
+         !CheckSha256(std::string_view(input.manifest_digest).substr(7)).empty())) {
+      reader.Fail("manifest_digest", "must be \"sha256:\" and 64 lower-case hex digits");
+    }
+    reader.Integer("bytes", 0, kMaxCount, &input.bytes);
+    reader.Integer("objects", 0, kMaxCount, &input.objects);
+    out->push_back(std::move(input));
+  });
+}
+
 }  // namespace
 
 Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) {
@@ -267,6 +366,7 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
     }
   }
   reader.String("pool_set", 0, kMaxNameChars, &spec.pool_set);
+  ReadInputs(reader, errors, &spec.inputs);
   reader.RejectUnknown();
   if (!errors->empty()) {
     std::string message = errors->front().field.empty()
@@ -304,6 +404,26 @@ json ToJson(const JobSpec& spec) {
     out["command"] = spec.command;
   }
   if (!spec.working_dir.empty()) out["working_dir"] = spec.working_dir;
+  json inputs = json::array();
+  for (const JobInput& input : spec.inputs) inputs.push_back(ToJson(input));
+  out["inputs"] = std::move(inputs);
+  return out;
+}
+
+json ToJson(const JobInput& input) {
+  json out = {{"name", input.name}};
+  if (!input.dataset.empty()) {
+    out["dataset"] = input.dataset;
+    out["version"] = input.version;
+  } else {
+    out["uri"] = input.uri;
+    out["sha256"] = input.sha256;
+    if (input.size >= 0) out["size"] = input.size;
+  }
+  out["mode"] = input.mode;
+  if (!input.manifest_digest.empty()) out["manifest_digest"] = input.manifest_digest;
+  out["bytes"] = input.bytes;
+  out["objects"] = input.objects;
   return out;
 }
 
@@ -420,6 +540,8 @@ json ToJson(const Pool& pool) {
 }
 
 json ToJson(const TaskAssignment& assignment) {
+  json inputs = json::array();
+  for (const StagedInput& input : assignment.inputs) inputs.push_back(ToJson(input));
   return {{"job_id", assignment.ref.job_id},
           {"task", assignment.ref.task},
           {"attempt", assignment.ref.attempt},
@@ -429,7 +551,179 @@ json ToJson(const TaskAssignment& assignment) {
           {"gpu_uuids", assignment.gpu_uuids},
           {"gang_nodes", assignment.gang_nodes},
           {"gang_addresses", assignment.gang_addresses},
-          {"rendezvous_port", assignment.rendezvous_port}};
+          {"rendezvous_port", assignment.rendezvous_port},
+          {"tenant", assignment.tenant},
+          {"inputs", inputs}};
+}
+
+json ToJson(const StagedInput& input) {
+  json objects = json::array();
+  for (const StagedObject& object : input.objects) {
+    objects.push_back({{"path", object.path},
+                       {"uri", object.uri},
+                       {"size", object.size},
+                       {"sha256", object.sha256}});
+  }
+  return {{"name", input.name}, {"objects", std::move(objects)}};
+}
+
+namespace {
+
+Status FirstError(const std::vector<FieldError>& errors, size_t more = 0) {
+  std::string message = errors.front().field.empty()
+                            ? errors.front().detail
+                            : errors.front().field + ": " + errors.front().detail;
+  const size_t rest = errors.size() - 1 + more;
+  if (rest > 0) message += " (and " + std::to_string(rest) + " more)";
+  return Status::Invalid(message);
+}
+
+}  // namespace
+
+Result<std::vector<StagedInput>> ParseStagedInputs(const json& inputs) {
+  std::vector<FieldError> errors;
+  std::vector<StagedInput> out;
+  if (!inputs.is_array()) return Status::Invalid("inputs: must be an array of objects");
+  std::set<std::string, std::less<>> names;
+  ReadObjectArray(inputs, "inputs", &errors, [&](SpecReader& reader, size_t) {
+    StagedInput input;
+    reader.String("name", 0, SIZE_MAX, &input.name);
+    Check(reader, "name", CheckInputName(input.name, JobInput::kMaxNameChars));
+    if (!input.name.empty() && !names.insert(input.name).second) {
+      reader.Fail("name", "duplicate input name \"" + input.name + "\"");
+    }
+    const json* objects = reader.Find("objects");
+    if (objects == nullptr || !objects->is_array() || objects->empty() ||
+        objects->size() > DatasetVersion::kMaxObjects) {
+      reader.Fail("objects", "must be an array of 1 to " +
+                                 std::to_string(DatasetVersion::kMaxObjects) + " objects");
+      return;
+    }
+    std::vector<FieldError> object_errors;
+    std::set<std::string, std::less<>> paths;
+    ReadObjectArray(*objects, "objects", &object_errors, [&](SpecReader& item, size_t) {
+      StagedObject object;
+      item.String("path", 0, SIZE_MAX, &object.path);
+      Check(item, "path", CheckObjectPath(object.path));
+      if (!paths.insert(object.path).second) item.Fail("path", "duplicate path");
+      item.String("uri", 0, SIZE_MAX, &object.uri);
+      Check(item, "uri", CheckObjectUri(object.uri));
+      item.Integer("size", -1, kMaxCount, &object.size);
+      item.String("sha256", 0, SIZE_MAX, &object.sha256);
+      Check(item, "sha256", CheckSha256(object.sha256));
+      input.objects.push_back(std::move(object));
+    });
+    for (FieldError& error : object_errors) reader.Fail(error.field, std::move(error.detail));
+    out.push_back(std::move(input));
+  });
+  if (!errors.empty()) return FirstError(errors);
+  return out;
+}
+
+Result<DatasetVersion> ParseDatasetRegistration(const json& body, std::vector<FieldError>* errors) {
+  std::vector<FieldError> local_errors;
+  if (errors == nullptr) errors = &local_errors;
+  errors->clear();
+  if (!body.is_object()) {
+    errors->push_back({"", "the body must be a JSON object"});
+    return Status::Invalid("the dataset must be a JSON object");
+  }
+  DatasetVersion version;
+  SpecReader reader(body, errors);
+  reader.String("name", 0, SIZE_MAX, &version.name);
+  if (reader.Find("name") == nullptr) {
+    reader.Fail("name", "is required");
+  } else if (reader.Find("name")->is_string()) {
+    Check(reader, "name", CheckInputName(version.name, DatasetVersion::kMaxNameChars));
+  }
+  reader.String("source", 0, SIZE_MAX, &version.source);
+  if (reader.Find("source") == nullptr) {
+    reader.Fail("source", "is required");
+  } else if (reader.Find("source")->is_string()) {
+    Check(reader, "source", CheckDatasetSource(version.source));
+  }
+  reader.String("description", 0, kMaxValueChars, &version.description);
+  const json* objects = reader.Find("objects");
+  size_t unlisted = 0;
+  if (objects == nullptr) {
+    reader.Fail("objects", "is required");
+  } else if (!objects->is_array()) {
+    reader.Fail("objects", "must be an array of objects");
+  } else if (objects->empty() || objects->size() > DatasetVersion::kMaxObjects) {
+    reader.Fail("objects", "must have between 1 and " +
+                               std::to_string(DatasetVersion::kMaxObjects) + " items");
+  } else {
+    std::vector<FieldError> object_errors;
+    version.objects.reserve(objects->size());
+    ReadObjectArray(*objects, "objects", &object_errors, [&](SpecReader& item, size_t) {
+      DatasetObject object;
+      item.String("path", 0, SIZE_MAX, &object.path);
+      if (item.Find("path") == nullptr) {
+        item.Fail("path", "is required");
+      } else if (item.Find("path")->is_string()) {
+        Check(item, "path", CheckObjectPath(object.path));
+      }
+      if (item.Find("size") == nullptr) item.Fail("size", "is required");
+      item.Integer("size", 0, kMaxCount, &object.size);
+      item.String("sha256", 0, SIZE_MAX, &object.sha256);
+      if (item.Find("sha256") == nullptr) {
+        item.Fail("sha256", "is required");
+      } else if (item.Find("sha256")->is_string()) {
+        Check(item, "sha256", CheckSha256(object.sha256));
+      }
+      version.objects.push_back(std::move(object));
+    });
+    if (object_errors.empty()) {
+      std::sort(version.objects.begin(), version.objects.end(),
+                [](const DatasetObject& a, const DatasetObject& b) { return a.path < b.path; });
+      for (size_t index = 1; index < version.objects.size(); ++index) {
+        if (version.objects[index].path == version.objects[index - 1].path) {
+          object_errors.push_back(
+              {"objects", "duplicate path \"" + version.objects[index].path + "\""});
+        }
+      }
+    }
+    for (FieldError& error : object_errors) {
+      if (errors->size() >= kMaxObjectErrors) {
+        ++unlisted;
+      } else {
+        errors->push_back(std::move(error));
+      }
+    }
+  }
+  reader.RejectUnknown();
+  if (!errors->empty()) {
+    if (unlisted > 0) {
+      errors->push_back({"objects", "and " + std::to_string(unlisted) + " more errors"});
+    }
+    return FirstError(*errors, 0);
+  }
+  for (const DatasetObject& object : version.objects) version.bytes += object.size;
+  version.object_count = static_cast<int64_t>(version.objects.size());
+  version.digest = ManifestDigest(version.source, version.objects);
+  return version;
+}
+
+json ToJson(const DatasetVersion& version, bool with_objects) {
+  json out = {{"name", version.name},
+              {"version", version.version},
+              {"source", version.source},
+              {"description", version.description},
+              {"bytes", version.bytes},
+              {"objects", version.object_count},
+              {"digest", version.digest},
+              {"created_at", TimestampJson(version.created_at_ms)},
+              {"created_at_ms", version.created_at_ms},
+              {"created_by", version.created_by}};
+  if (!version.tenant.empty()) out["tenant"] = version.tenant;
+  if (with_objects) {
+    json objects = json::array();
+    for (const DatasetObject& object : version.objects) {
+      objects.push_back({{"path", object.path}, {"size", object.size}, {"sha256", object.sha256}});
+    }
+    out["manifest"] = std::move(objects);
+  }
+  return out;
 }
 
 }  // namespace ferry::fleet

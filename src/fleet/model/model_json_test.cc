@@ -50,7 +50,14 @@ TEST(JobSpecJson, FullSpecRoundTrips) {
                {"labels", {{"project", "llm"}}},
                {"topology", "same_domain"},
                {"datasets", {"imagenet", "c4"}},
-               {"pool_set", "gpu-cloud"}};
+               {"pool_set", "gpu-cloud"},
+               {"inputs", json::parse(R"([
+                  {"name": "train", "dataset": "imagenet", "version": 3, "mode": "copy",
+                   "manifest_digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                   "bytes": 10, "objects": 2},
+                  {"name": "vocab", "uri": "https://h/vocab.txt", "mode": "copy", "size": 12,
+                   "sha256": "1111111111111111111111111111111111111111111111111111111111111111",
+                   "bytes": 12, "objects": 1}])")}};
   std::vector<FieldError> errors;
   auto spec = ParseJobSpec(body, &errors);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();

@@ -145,6 +145,20 @@ const std::vector<Migration>& Migrations() {
            "ALTER TABLE nodes ADD COLUMN external_memory_mb BIGINT NOT NULL DEFAULT 0",
            "ALTER TABLE gpus ADD COLUMN external BIGINT NOT NULL DEFAULT 0",
        }},
+      {6,
+       {
+           // ---- Datasets: immutable, numbered versions of a tenant's
+           // manifests (objects under one source URI), read by job inputs.
+           "CREATE TABLE dataset_versions (id {id},"
+           " tenant_id BIGINT NOT NULL REFERENCES tenants(id), name TEXT NOT NULL,"
+           " version BIGINT NOT NULL, source TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',"
+           " bytes BIGINT NOT NULL, object_count BIGINT NOT NULL, digest TEXT NOT NULL,"
+           " created_at_ms BIGINT NOT NULL, created_by BIGINT NOT NULL REFERENCES users(id),"
+           " UNIQUE (tenant_id, name, version))",
+           "CREATE TABLE dataset_objects ("
+           " version_id BIGINT NOT NULL REFERENCES dataset_versions(id), path TEXT NOT NULL,"
+           " size BIGINT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (version_id, path))",
+       }},
   };
   return kMigrations;
 }

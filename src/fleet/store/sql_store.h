@@ -11,6 +11,7 @@
 //   sql_store_jobs.cc         submit, get, list, cancel, events, runtimes, requeue
 //   sql_store_idempotency.cc  idempotency keys (replay, record, purge)
 //   sql_store_logs.cc         job output
+//   sql_store_datasets.cc     dataset versions and their manifests
 //   sql_store_nodes.cc        registration, syncs and reports, leases, removal
 //   sql_store_scheduling.cc   the scheduling snapshot, placements, preemption
 #pragma once
@@ -223,6 +224,18 @@ class SqlStore final : public Store {
   Result<int64_t> PurgeIdempotencyKeys(int64_t now_ms, int64_t ttl_ms) override;
 
   Result<std::vector<int64_t>> ExpireRuntimes(int64_t now_ms) override;
+
+  // ---- Datasets.
+
+  Result<DatasetCreateResult> CreateDatasetVersion(const Principal& creator,
+                                                   const DatasetVersion& manifest,
+                                                   int64_t now_ms) override;
+  Result<std::optional<DatasetVersion>> GetDatasetVersion(int64_t tenant_id,
+                                                          const std::string& name, int64_t version,
+                                                          bool with_objects) override;
+  Result<std::vector<DatasetVersion>> ListDatasets(const Scope& scope) override;
+  Result<std::vector<DatasetVersion>> ListDatasetVersions(int64_t tenant_id,
+                                                          const std::string& name) override;
 
   // ---- Logs.
 

@@ -304,6 +304,15 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
       report.kind == TaskReport::Kind::kTimedOut) {
     return EndAttempt(c, ref.job_id, ref.attempt, report, actor, now_ms);
   }
+  if (report.kind == TaskReport::Kind::kStaging || report.kind == TaskReport::Kind::kStaged) {
+    // Progress before the launch: a line in the timeline, nothing else.
+    if (task_state != "assigned") return Status::OK();
+    const bool began = report.kind == TaskReport::Kind::kStaging;
+    std::string what = who + (began ? " staging inputs" : " inputs staged");
+    if (!report.message.empty()) what += ": " + report.message;
+    return AddEvent(c, ref.job_id, at, began ? "staging_started" : "staged", std::nullopt, "", what,
+                    actor);
+  }
   if (report.kind == TaskReport::Kind::kStarted) {
     if (task_state != "assigned") return Status::OK();
     Params params{at};
@@ -331,9 +340,10 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
                     "all " + std::to_string(task_count) + " tasks started", actor);
   }
 
-  // Exited or failed to launch: the task is over and its resources free.
+  // Exited or failed to stage or launch: the task is over and its resources free.
   if (task_state == "exited") return Status::OK();
-  const bool launch_failed = report.kind == TaskReport::Kind::kLaunchFailed;
+  const bool staging_failed = report.kind == TaskReport::Kind::kStagingFailed;
+  const bool launch_failed = report.kind == TaskReport::Kind::kLaunchFailed || staging_failed;
   std::optional<int> exit_code = launch_failed ? std::nullopt : report.exit_code;
   std::optional<int> signal = launch_failed ? std::nullopt : report.signal;
   {
@@ -352,7 +362,10 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
             .status());
   }
   std::string what;
-  if (launch_failed) {
+  if (staging_failed) {
+    what =
+        who + " could not stage its inputs" + (report.message.empty() ? "" : ": " + report.message);
+  } else if (launch_failed) {
     what = who + " failed to launch" + (report.message.empty() ? "" : ": " + report.message);
   } else if (exit_code) {
     what = who + " exited with " + std::to_string(*exit_code);
@@ -361,15 +374,18 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
   } else {
     what = who + " ended without an exit status";
   }
-  FERRY_RETURN_NOT_OK(AddEvent(c, ref.job_id, at, launch_failed ? "launch_failed" : "task_exited",
-                               std::nullopt, "", what, actor));
+  const std::string_view event_type = staging_failed  ? "staging_failed"
+                                      : launch_failed ? "launch_failed"
+                                                      : "task_exited";
+  FERRY_RETURN_NOT_OK(AddEvent(c, ref.job_id, at, event_type, std::nullopt, "", what, actor));
   if (!IsLive(*state)) return Status::OK();  // already CANCELLED, TIMEOUT, ...
   // A preempted attempt's tasks end however they end (the signal, or an
   // exit after a checkpoint): the job is requeued once the last one is over.
   if (!job[0].Text(3).empty()) return MaybeFinishPreemption(c, ref.job_id, ref.attempt, now_ms);
   if (launch_failed) {
-    return FinishJob(c, ref.job_id, ref.attempt, JobState::kFailed, reason::kLaunchFailed,
-                     std::nullopt, what, actor, at);
+    return FinishJob(c, ref.job_id, ref.attempt, JobState::kFailed,
+                     staging_failed ? reason::kStagingFailed : reason::kLaunchFailed, std::nullopt,
+                     what, actor, at);
   }
   if (exit_code && *exit_code != 0) {
     return FinishJob(c, ref.job_id, ref.attempt, JobState::kFailed, reason::kExitedNonZero,
@@ -538,6 +554,8 @@ Result<TaskAssignment> SqlStore::BuildAssignment(Connection& c, int64_t node_id,
   a.ref = TaskRef{job_id, task, attempt};
   a.job_name = job->spec.name;
   a.spec = job->spec;
+  a.tenant_id = job->tenant_id;
+  a.tenant = job->tenant;
   for (const TaskPlacement& p : job->placement) {
     a.gang_nodes.push_back(p.node);
     if (p.task == task) a.gpu_indices = p.gpu_indices;

@@ -1621,6 +1621,186 @@ TEST_P(StoreTest, SchemaOneDatabaseMigratesWithItsData) {
   EXPECT_EQ(outcome, RemoveNodeOutcome::kRemoved);
 }
 
+// A manifest as ParseDatasetRegistration leaves it: sorted, summed, digested.
+DatasetVersion Manifest(const std::string& name, const std::string& source, int objects,
+                        const std::string& salt = "") {
+  DatasetVersion version;
+  version.name = name;
+  version.source = source;
+  version.description = "test data";
+  for (int i = 0; i < objects; ++i) {
+    char path[32];
+    std::snprintf(path, sizeof(path), "part-%06d.bin", i);
+    version.objects.push_back({path, i + 1, Sha256Hex(salt + path)});
+    version.bytes += i + 1;
+  }
+  version.object_count = objects;
+  version.digest = ManifestDigest(source, version.objects);
+  return version;
+}
+
+TEST_P(StoreTest, DatasetVersionsNumberPerTenantAndReRegistrationIsIdempotent) {
+  Principal ana = User("acme", "ml", "ana");
+  Principal bob = User("globex", "ml", "bob");
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult first,
+      store_->CreateDatasetVersion(ana, Manifest("imagenet", "s3://lake/in/", 3), 1000));
+  EXPECT_TRUE(first.created);
+  EXPECT_EQ(first.version.version, 1);
+  EXPECT_EQ(first.version.tenant, "acme");
+  EXPECT_EQ(first.version.created_by, "ana");
+  EXPECT_EQ(first.version.created_at_ms, 1000);
+  EXPECT_EQ(first.version.bytes, 6);
+  EXPECT_EQ(first.version.object_count, 3);
+  EXPECT_EQ(first.version.objects.size(), 3u);
+
+  // The same manifest again: version 1 comes back, nothing new.
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult again,
+      store_->CreateDatasetVersion(ana, Manifest("imagenet", "s3://lake/in/", 3), 2000));
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.version.version, 1);
+  EXPECT_EQ(again.version.created_at_ms, 1000);
+  EXPECT_EQ(again.version.digest, first.version.digest);
+  EXPECT_EQ(again.version.objects.size(), 3u);
+
+  // A changed manifest is version 2; another tenant's "imagenet" starts at 1.
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult second,
+      store_->CreateDatasetVersion(ana, Manifest("imagenet", "s3://lake/in/", 3, "changed"), 3000));
+  EXPECT_TRUE(second.created);
+  EXPECT_EQ(second.version.version, 2);
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult other,
+      store_->CreateDatasetVersion(bob, Manifest("imagenet", "file:///d/", 1), 3000));
+  EXPECT_EQ(other.version.version, 1);
+  EXPECT_EQ(other.version.tenant, "globex");
+  // Back to the first manifest: not the latest, so a new version 3.
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult third,
+      store_->CreateDatasetVersion(ana, Manifest("imagenet", "s3://lake/in/", 3), 4000));
+  EXPECT_TRUE(third.created);
+  EXPECT_EQ(third.version.version, 3);
+
+  // Lookups: the latest for 0, a given version, nothing across tenants.
+  ASSERT_OK_AND_ASSIGN(auto latest, store_->GetDatasetVersion(ana.tenant_id, "imagenet", 0, false));
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->version, 3);
+  EXPECT_TRUE(latest->objects.empty());
+  ASSERT_OK_AND_ASSIGN(auto v2, store_->GetDatasetVersion(ana.tenant_id, "imagenet", 2, true));
+  ASSERT_TRUE(v2.has_value());
+  EXPECT_EQ(v2->digest, second.version.digest);
+  ASSERT_EQ(v2->objects.size(), 3u);
+  EXPECT_EQ(v2->objects[0].path, "part-000000.bin");
+  EXPECT_EQ(v2->objects[2].size, 3);
+  // What the store returns digests to what it was given.
+  EXPECT_EQ(ManifestDigest(v2->source, v2->objects), v2->digest);
+  ASSERT_OK_AND_ASSIGN(auto missing, store_->GetDatasetVersion(ana.tenant_id, "imagenet", 9, true));
+  EXPECT_FALSE(missing.has_value());
+  ASSERT_OK_AND_ASSIGN(auto unknown, store_->GetDatasetVersion(ana.tenant_id, "c4", 0, false));
+  EXPECT_FALSE(unknown.has_value());
+
+  // Listings: one entry per dataset (its latest), scoped by tenant.
+  ASSERT_OK_AND_ASSIGN(DatasetCreateResult c4,
+                       store_->CreateDatasetVersion(ana, Manifest("c4", "https://h/c4/", 2), 5000));
+  EXPECT_EQ(c4.version.version, 1);
+  ASSERT_OK_AND_ASSIGN(auto mine, store_->ListDatasets(Scope::Tenant(ana.tenant_id)));
+  ASSERT_EQ(mine.size(), 2u);
+  EXPECT_EQ(mine[0].name, "c4");
+  EXPECT_EQ(mine[1].name, "imagenet");
+  EXPECT_EQ(mine[1].version, 3);
+  ASSERT_OK_AND_ASSIGN(auto everyone, store_->ListDatasets(Scope::All()));
+  EXPECT_EQ(everyone.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(auto versions, store_->ListDatasetVersions(ana.tenant_id, "imagenet"));
+  ASSERT_EQ(versions.size(), 3u);
+  EXPECT_EQ(versions[0].version, 1);
+  EXPECT_EQ(versions[2].version, 3);
+  ASSERT_OK_AND_ASSIGN(auto theirs, store_->ListDatasetVersions(bob.tenant_id, "c4"));
+  EXPECT_TRUE(theirs.empty());
+
+  // A manifest whose digest does not match its objects is refused.
+  DatasetVersion forged = Manifest("imagenet", "s3://lake/in/", 2);
+  forged.objects[0].size = 999;
+  EXPECT_FALSE(store_->CreateDatasetVersion(ana, forged, 6000).ok());
+}
+
+TEST_P(StoreTest, LargeManifestsAndConcurrentRegistrations) {
+  Principal ana = User("acme", "ml", "ana");
+  // 100,000 objects (the limit) in one version.
+  ASSERT_OK_AND_ASSIGN(
+      DatasetCreateResult big,
+      store_->CreateDatasetVersion(ana, Manifest("big", "s3://lake/big/", 100'000), 1000));
+  EXPECT_EQ(big.version.object_count, 100'000);
+  ASSERT_OK_AND_ASSIGN(auto read, store_->GetDatasetVersion(ana.tenant_id, "big", 1, true));
+  ASSERT_TRUE(read.has_value());
+  ASSERT_EQ(read->objects.size(), 100'000u);
+  EXPECT_EQ(ManifestDigest(read->source, read->objects), big.version.digest);
+
+  // Racing registrations of different manifests get distinct numbers.
+  std::vector<std::thread> threads;
+  std::vector<int64_t> numbers(4, 0);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      auto created = store_->CreateDatasetVersion(
+          ana, Manifest("raced", "s3://lake/r/", 2, std::to_string(i)), 2000);
+      if (created.ok()) numbers[i] = created->version.version;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::sort(numbers.begin(), numbers.end());
+  EXPECT_EQ(numbers, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+TEST_P(StoreTest, StagingReportsAddEventsAndStagingFailureEndsTheJob) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("gpu-a", 2);
+  Job job = Submit(ana, Spec("staged", 1, 2));
+  ASSERT_EQ(Place(job, {"gpu-a"}).admitted.size(), 1u);
+  SyncResult first = Sync("gpu-a", {}, {}, 3000);
+  ASSERT_EQ(first.start.size(), 1u);
+  EXPECT_EQ(first.start[0].tenant, "acme");
+  EXPECT_EQ(first.start[0].tenant_id, ana.tenant_id);
+  TaskReport staging;
+  staging.ref = {job.id, 0, 1};
+  staging.kind = TaskReport::Kind::kStaging;
+  staging.message = "1 input, 3 objects, 6 B";
+  TaskReport staged = staging;
+  staged.kind = TaskReport::Kind::kStaged;
+  staged.message = "6 B fetched in 0.1 s";
+  Sync("gpu-a", {{job.id, 0, 1}}, {staging, staged}, 3100);
+  EXPECT_EQ(Get(job.id).state, JobState::kAdmitted);  // staging is not a start
+  EXPECT_EQ(FreeGpus("gpu-a"), 0);
+  TaskReport failed = staging;
+  failed.kind = TaskReport::Kind::kStagingFailed;
+  failed.message = "input train: a/b.bin: sha256 mismatch";
+  Sync("gpu-a", {}, {failed}, 3200);
+  Job got = Get(job.id);
+  EXPECT_EQ(got.state, JobState::kFailed);
+  EXPECT_EQ(got.reason, reason::kStagingFailed);
+  EXPECT_EQ(got.attempt, 1);  // not requeued
+  EXPECT_EQ(FreeGpus("gpu-a"), 2);
+  auto events = store_->ListEvents(Scope::All(), job.id, 0, 100);
+  ASSERT_TRUE(events.ok() && events->has_value());
+  std::vector<std::string> types;
+  for (const JobEvent& event : **events) {
+    types.push_back(event.type);
+    if (event.type == "staging_failed") {
+      EXPECT_NE(event.message.find("sha256 mismatch"), std::string::npos) << event.message;
+    }
+    if (event.type == "staged") EXPECT_NE(event.message.find("0.1 s"), std::string::npos);
+  }
+  EXPECT_NE(std::find(types.begin(), types.end(), "staging_started"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "staged"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "staging_failed"), types.end());
+  EXPECT_EQ(Reasons(job.id).back(), "FAILED/STAGING_FAILED");
+  // Late staging reports for the ended task add nothing.
+  const size_t before = (*events)->size();
+  Sync("gpu-a", {}, {staged}, 3300);
+  auto after = store_->ListEvents(Scope::All(), job.id, 0, 100);
+  ASSERT_TRUE(after.ok() && after->has_value());
+  EXPECT_EQ((*after)->size(), before);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,
                          ::testing::Values(Backend::kSqlite, Backend::kPostgres),
                          [](const auto& info) {
