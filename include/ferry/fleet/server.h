@@ -28,6 +28,8 @@ struct ServerOptions {
   int64_t lease_ms = 10'000;           // node lease; agents sync well within it
   int64_t schedule_interval_ms = 100;  // also runs right after submissions and task exits
   int64_t max_body_bytes = 1 << 20;
+  // POST /v1/datasets only: a manifest of 100,000 objects is ~15 MiB of JSON.
+  int64_t max_manifest_bytes = int64_t{64} << 20;
   double rate_per_second = 200;  // per-user token bucket (0 disables)
   double rate_burst = 400;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,43 @@ void FleetServer::AddRendezvous(TaskAssignment* assignment) {
   const int64_t span = int64_t{options_.rendezvous_port_max} - options_.rendezvous_port_min + 1;
   assignment->rendezvous_port =
       options_.rendezvous_port_min + static_cast<int>(assignment->ref.job_id % span);
+}
+
+Status FleetServer::AddInputs(TaskAssignment* assignment, DatasetCache* cache) {
+  assignment->inputs.clear();
+  for (const JobInput& input : assignment->spec.inputs) {
+    StagedInput staged;
+    staged.name = input.name;
+    if (input.dataset.empty()) {
+      // The object's own name, as the URI's last path component.
+      const size_t slash = input.uri.rfind('/');
+      staged.objects.push_back({input.uri.substr(slash == std::string::npos ? 0 : slash + 1),
+                                input.uri, input.size, input.sha256});
+    } else {
+      const auto key = std::make_tuple(assignment->tenant_id, input.dataset, input.version);
+      auto it = cache->find(key);
+      if (it == cache->end()) {
+        Result<std::optional<DatasetVersion>> version = store_->GetDatasetVersion(
+            assignment->tenant_id, input.dataset, input.version, /*with_objects=*/true);
+        if (!version.ok()) return version.status();
+        it = cache->emplace(key, std::move(*version)).first;
+      }
+      if (it->second) {
+        for (const DatasetObject& object : it->second->objects) {
+          staged.objects.push_back(
+              {object.path, it->second->source + object.path, object.size, object.sha256});
+        }
+      } else {
+        // Versions are never deleted; the agent refuses an input without
+        // objects and reports the task's staging as failed.
+        LogError("job " + std::to_string(assignment->ref.job_id) + " input " + input.name,
+                 Status::Invalid("dataset " + input.dataset + " version " +
+                                 std::to_string(input.version) + " is gone"));
+      }
+    }
+    assignment->inputs.push_back(std::move(staged));
+  }
+  return Status::OK();
 }
 
 void FleetServer::AgentRegister(Call& c) {
@@ -95,7 +133,10 @@ void FleetServer::AgentSync(Call& c) {
     bool ended = false;
     std::set<std::string> peers;
     for (const TaskReport& report : request->reports) {
-      if (report.kind == TaskReport::Kind::kStarted) continue;
+      if (report.kind == TaskReport::Kind::kStarted || report.kind == TaskReport::Kind::kStaging ||
+          report.kind == TaskReport::Kind::kStaged) {
+        continue;
+      }
       ended = true;
       for (const std::string& node : NodesOfJob(report.ref.job_id)) {
         if (node != request->node) peers.insert(node);
@@ -132,8 +173,11 @@ void FleetServer::AgentSync(Call& c) {
   }
 
   json start = json::array();
+  DatasetCache datasets;
   for (TaskAssignment& assignment : result->start) {
     AddRendezvous(&assignment);
+    Status added = AddInputs(&assignment, &datasets);
+    if (!added.ok()) return SendStoreError(c, added);
     start.push_back(ToJson(assignment));
   }
   json stop = json::array();

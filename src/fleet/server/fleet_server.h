@@ -14,6 +14,7 @@
 //   user_handlers.cc      /v1/whoami, /v1/admin/users...
 //   agent_handlers.cc     /v1/agent/...: register, sync, log uploads
 //   webhook_handlers.cc   /v1/webhooks... (webhooks.h delivers them)
+//   dataset_handlers.cc   /v1/datasets...: register, list, show
 //   scheduler_handler.cc  /v1/scheduler
 //   metrics_handler.cc    /metrics (server_metrics.h)
 //   openapi_handler.cc    /v1/openapi.json (openapi.h, openapi.json)
@@ -47,6 +48,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -162,7 +164,8 @@ class FleetServer {
 
   // ---- Request helpers (http_plumbing.cc). Each returns nullopt (or
   // false) after sending the problem.
-  std::optional<nlohmann::json> ReadJsonBody(Call& c);
+  // `max_bytes` 0: options_.max_body_bytes.
+  std::optional<nlohmann::json> ReadJsonBody(Call& c, int64_t max_bytes = 0);
   std::optional<int64_t> JobIdFrom(Call& c);
   // Parses an integer query parameter; `fallback` when absent.
   std::optional<int64_t> IntParam(Call& c, const std::string& name, int64_t fallback, int64_t min,
@@ -241,6 +244,15 @@ class FleetServer {
   void AgentRegister(Call& c);
   void AgentSync(Call& c);
   void AgentLogs(Call& c);
+  void CreateDataset(Call& c);
+  void ListDatasets(Call& c);
+  void GetDataset(Call& c);
+  void GetDatasetVersion(Call& c);
+  // Resolves the dataset inputs of a submission in the caller's tenant:
+  // fills version, manifest_digest, bytes and objects (uri inputs: bytes and
+  // objects from their size), and adds each dataset to spec->datasets, the
+  // locality hint. Returns a field error per unknown dataset or version.
+  Result<std::vector<FieldError>> ResolveInputs(const Principal& principal, JobSpec* spec);
   void CreateWebhook(Call& c);
   void ListWebhooks(Call& c);
   void GetWebhook(Call& c);
@@ -351,6 +363,12 @@ class FleetServer {
   // What an agent needs to rendezvous a gang: every task's node address (the
   // node name when its agent never sent one) and the job's port.
   void AddRendezvous(TaskAssignment* assignment);
+  // Fills assignment->inputs from its spec's inputs: a dataset input's
+  // manifest objects (read once per sync through `cache`), a uri input's
+  // one object. Fails only when the store does.
+  using DatasetCache =
+      std::map<std::tuple<int64_t, std::string, int64_t>, std::optional<DatasetVersion>>;
+  Status AddInputs(TaskAssignment* assignment, DatasetCache* cache);
 
   const ServerOptions options_;
   std::unique_ptr<Store> store_;

@@ -108,10 +108,11 @@ void FleetServer::LogError(const std::string& what, const Status& status) {
   }
 }
 
-std::optional<json> FleetServer::ReadJsonBody(Call& c) {
-  if (static_cast<int64_t>(c.req.body.size()) > options_.max_body_bytes) {
+std::optional<json> FleetServer::ReadJsonBody(Call& c, int64_t max_bytes) {
+  if (max_bytes <= 0) max_bytes = options_.max_body_bytes;
+  if (static_cast<int64_t>(c.req.body.size()) > max_bytes) {
     SendProblem(c, 413, "payload-too-large",
-                "the body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
+                "the body is larger than " + std::to_string(max_bytes) + " bytes");
     return std::nullopt;
   }
   if (!IsJsonContentType(c.req.get_header_value("Content-Type"))) {

@@ -54,6 +54,9 @@ void FleetServer::SubmitJob(Call& c) {
     SendValidation(c, errors);
     return;
   }
+  Result<std::vector<FieldError>> unresolved = ResolveInputs(c.principal, &*spec);
+  if (!unresolved.ok()) return SendStoreError(c, unresolved.status());
+  if (!unresolved->empty()) return SendValidation(c, *unresolved);
   // Quotas are checked softly here (the job alone must fit them) and hard
   // when scheduling; capacity against the nodes that may take work again
   // (all but LOST ones) plus the cloud pools at their max_nodes, judged by

@@ -260,8 +260,16 @@ std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
               report.kind = TaskReport::Kind::kExited;
             } else if (*kind == "launch_failed") {
               report.kind = TaskReport::Kind::kLaunchFailed;
+            } else if (*kind == "staging") {
+              report.kind = TaskReport::Kind::kStaging;
+            } else if (*kind == "staged") {
+              report.kind = TaskReport::Kind::kStaged;
+            } else if (*kind == "staging_failed") {
+              report.kind = TaskReport::Kind::kStagingFailed;
             } else {
-              report_reader.Fail("kind", "must be \"started\", \"exited\" or \"launch_failed\"");
+              report_reader.Fail("kind",
+                                 "must be \"started\", \"exited\", \"launch_failed\", "
+                                 "\"staging\", \"staged\" or \"staging_failed\"");
             }
           }
           if (auto code = report_reader.Int("exit_code", false, -255, 255)) {

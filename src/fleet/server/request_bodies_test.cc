@@ -67,6 +67,29 @@ TEST(RequestBodies, SyncRequestAndReports) {
   EXPECT_FALSE(ParseSyncRequest(json::array(), 1, &errors).has_value());
 }
 
+TEST(RequestBodies, StagingReportKinds) {
+  std::vector<FieldError> errors;
+  auto ok = ParseSyncRequest(json::parse(R"({"node": "n", "instance": "i",
+      "reports": [{"job_id": 1, "task": 0, "attempt": 1, "kind": "staging", "message": "2 inputs"},
+                  {"job_id": 1, "task": 0, "attempt": 1, "kind": "staged"},
+                  {"job_id": 1, "task": 0, "attempt": 1, "kind": "staging_failed",
+                   "message": "sha256 mismatch"}]})"),
+                             1, &errors);
+  ASSERT_TRUE(ok.has_value()) << (errors.empty() ? "" : errors[0].field + errors[0].detail);
+  ASSERT_EQ(ok->reports.size(), 3u);
+  EXPECT_EQ(ok->reports[0].kind, TaskReport::Kind::kStaging);
+  EXPECT_EQ(ok->reports[0].message, "2 inputs");
+  EXPECT_EQ(ok->reports[1].kind, TaskReport::Kind::kStaged);
+  EXPECT_EQ(ok->reports[2].kind, TaskReport::Kind::kStagingFailed);
+  errors.clear();
+  EXPECT_FALSE(ParseSyncRequest(json::parse(R"({"node": "n", "instance": "i",
+      "reports": [{"job_id": 1, "task": 0, "attempt": 1, "kind": "Staged"}]})"),
+                                1, &errors)
+                   .has_value());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].detail.find("\"staging_failed\""), std::string::npos) << errors[0].detail;
+}
+
 TEST(RequestBodies, LogUploadAndCreateUser) {
   std::vector<FieldError> errors;
   EXPECT_TRUE(ParseAgentLogUpload(json::parse(R"({"node": "n", "job_id": 3, "attempt": 1,

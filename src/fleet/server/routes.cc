@@ -120,6 +120,11 @@ void FleetServer::InstallRoutes() {
   AddRoute("POST", "/v1/agent/register", Access::kAgent, bind(&FleetServer::AgentRegister));
   AddRoute("POST", "/v1/agent/sync", Access::kAgent, bind(&FleetServer::AgentSync));
   AddRoute("POST", "/v1/agent/logs", Access::kAgent, bind(&FleetServer::AgentLogs));
+  AddRoute("POST", "/v1/datasets", Access::kUser, bind(&FleetServer::CreateDataset));
+  AddRoute("GET", "/v1/datasets", Access::kUser, bind(&FleetServer::ListDatasets));
+  AddRoute("GET", "/v1/datasets/" + id, Access::kUser, bind(&FleetServer::GetDataset));
+  AddRoute("GET", "/v1/datasets/" + id + "/versions/" + id, Access::kUser,
+           bind(&FleetServer::GetDatasetVersion));
   AddRoute("POST", "/v1/webhooks", Access::kUser, bind(&FleetServer::CreateWebhook));
   AddRoute("GET", "/v1/webhooks", Access::kUser, bind(&FleetServer::ListWebhooks));
   AddRoute("GET", "/v1/webhooks/" + id, Access::kUser, bind(&FleetServer::GetWebhook));

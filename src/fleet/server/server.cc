@@ -143,7 +143,10 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
     return NewCountingPool(static_cast<size_t>(threads), waiting);
   };
   SetKeepAliveYield(http_, [waiting] { return waiting->load() > 0; });
-  http_.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
+  // httplib's limit holds for every route; the smaller limit of the other
+  // routes is checked as they read their bodies (ReadJsonBody).
+  http_.set_payload_max_length(
+      static_cast<size_t>(std::max(options_.max_body_bytes, options_.max_manifest_bytes)));
   http_.set_keep_alive_timeout(2);
   // httplib closes a kept-alive connection after 5 requests by default, and
   // its listen backlog is 5: busy clients then reconnect all the time and a
@@ -268,6 +271,9 @@ Status ValidateOptions(const ServerOptions& options) {
   }
   if (options.max_body_bytes < 1024) {
     return Status::Invalid("server: max_body_bytes must be at least 1024");
+  }
+  if (options.max_manifest_bytes < 1024) {
+    return Status::Invalid("server: max_manifest_bytes must be at least 1024");
   }
   if (options.rate_per_second < 0 || options.rate_burst < 0) {
     return Status::Invalid("server: rate limits must not be negative");

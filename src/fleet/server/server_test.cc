@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "ferry/fleet/model_json.h"
 #include "testing/test_util.h"
 
 namespace ferry::fleet {
@@ -1637,6 +1638,269 @@ TEST(FleetServer, BusyKeptAliveClientsDoNotStarveANewConnection) {
   EXPECT_EQ(served, 5);
   EXPECT_GE(closes.load(), 1) << "no busy connection was asked to close";
   EXPECT_LT(most_answers_while_waiting, 1000);
+}
+
+// ---- Datasets and job inputs (docs/fleet-api.md#datasets).
+
+namespace datasets {
+
+const std::string kHexA(64, 'a');
+const std::string kHexB(64, 'b');
+
+json Manifest(const std::string& name, int objects, const std::string& hex = kHexA) {
+  json list = json::array();
+  for (int i = 0; i < objects; ++i) {
+    list.push_back(
+        {{"path", "shard/" + std::to_string(i) + ".bin"}, {"size", 100}, {"sha256", hex}});
+  }
+  return {{"name", name}, {"source", "s3://lake/" + name + "/"}, {"objects", std::move(list)}};
+}
+
+// The field of the first error naming `field`'s detail, or "".
+std::string ErrorDetail(const Reply& reply, const std::string& field) {
+  if (!reply.body.is_object() || !reply.body.contains("errors")) return "";
+  for (const json& error : reply.body["errors"]) {
+    if (error.value("field", "") == field) return error.value("detail", "");
+  }
+  return "";
+}
+
+}  // namespace datasets
+
+TEST(FleetServer, DatasetsRegisterListShowAndStayInTheirTenant) {
+  using datasets::Manifest;
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  const std::string gil = server.CreateUser("globex", "infra", "gil", "user");
+
+  Reply created = server.Post("/v1/datasets", ana, Manifest("imagenet", 3));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_EQ(created.body["name"], "imagenet");
+  EXPECT_EQ(created.body["version"], 1);
+  EXPECT_EQ(created.body["bytes"], 300);
+  EXPECT_EQ(created.body["objects"], 3);
+  EXPECT_EQ(created.body["created_by"], "ana");
+  EXPECT_EQ(created.body["digest"].get<std::string>().rfind("sha256:", 0), 0u);
+  EXPECT_EQ(created.Header("Location"), "/v1/datasets/imagenet/versions/1");
+  // The same manifest: 200 with version 1; a changed one: version 2.
+  Reply same = server.Post("/v1/datasets", ana, Manifest("imagenet", 3));
+  EXPECT_EQ(same.status, 200) << same.raw;
+  EXPECT_EQ(same.body["version"], 1);
+  EXPECT_EQ(same.body["digest"], created.body["digest"]);
+  Reply changed = server.Post("/v1/datasets", ana, Manifest("imagenet", 4));
+  EXPECT_EQ(changed.status, 201) << changed.raw;
+  EXPECT_EQ(changed.body["version"], 2);
+
+  Reply list = server.Get("/v1/datasets", ana);
+  ASSERT_EQ(list.status, 200) << list.raw;
+  ASSERT_EQ(list.body["datasets"].size(), 1u);
+  EXPECT_EQ(list.body["datasets"][0]["latest_version"], 2);
+  EXPECT_EQ(list.body["datasets"][0]["objects"], 4);
+  Reply shown = server.Get("/v1/datasets/imagenet", ana);
+  ASSERT_EQ(shown.status, 200) << shown.raw;
+  EXPECT_EQ(shown.body["version"], 2);
+  ASSERT_EQ(shown.body["versions"].size(), 2u);
+  EXPECT_EQ(shown.body["versions"][0]["version"], 2);  // newest first
+  Reply v1 = server.Get("/v1/datasets/imagenet/versions/1", ana);
+  ASSERT_EQ(v1.status, 200) << v1.raw;
+  ASSERT_EQ(v1.body["manifest"].size(), 3u);
+  EXPECT_EQ(v1.body["manifest"][0]["path"], "shard/0.bin");
+  EXPECT_EQ(v1.body["manifest"][0]["sha256"], datasets::kHexA);
+
+  // Another tenant: its own empty list, and 404 (not 403) for ana's dataset.
+  Reply theirs = server.Get("/v1/datasets", gil);
+  ASSERT_EQ(theirs.status, 200);
+  EXPECT_TRUE(theirs.body["datasets"].empty()) << theirs.raw;
+  ExpectProblem(server.Get("/v1/datasets/imagenet", gil), 404, "not-found");
+  ExpectProblem(server.Get("/v1/datasets/imagenet/versions/1", gil), 404, "not-found");
+  // Platform admins list every tenant's, each naming its tenant.
+  Reply all = server.Get("/v1/datasets", server.admin());
+  ASSERT_EQ(all.body["datasets"].size(), 1u) << all.raw;
+  EXPECT_EQ(all.body["datasets"][0]["tenant"], "acme");
+  // Paths that name no version.
+  for (const char* path :
+       {"/v1/datasets/imagenet/versions/3", "/v1/datasets/imagenet/versions/0",
+        "/v1/datasets/imagenet/versions/x", "/v1/datasets/c4", "/v1/datasets/a%20b"}) {
+    ExpectProblem(server.Get(path, ana), 404, "not-found");
+  }
+
+  // Bad manifests: 422 naming the field; nothing is created.
+  json bad = Manifest("imagenet", 2);
+  bad["objects"][0]["path"] = "../etc/passwd";
+  bad["objects"][1]["sha256"] = "ABC";
+  Reply refused = server.Post("/v1/datasets", ana, bad);
+  ExpectProblem(refused, 422, "validation");
+  EXPECT_NE(datasets::ErrorDetail(refused, "objects[0].path").find(".."), std::string::npos)
+      << refused.raw;
+  EXPECT_EQ(datasets::ErrorDetail(refused, "objects[1].sha256"),
+            "must be 64 lower-case hex digits");
+  json no_slash = Manifest("imagenet", 1);
+  no_slash["source"] = "s3://lake/imagenet";
+  ExpectProblem(server.Post("/v1/datasets", ana, no_slash), 422, "validation");
+  json duplicate = Manifest("imagenet", 2);
+  duplicate["objects"][1]["path"] = duplicate["objects"][0]["path"];
+  ExpectProblem(server.Post("/v1/datasets", ana, duplicate), 422, "validation");
+  ExpectProblem(server.Post("/v1/datasets", ana, json::object()), 422, "validation");
+  ExpectProblem(server.Send("POST", "/v1/datasets", ana, "{\"name\": "), 400, "malformed-json");
+  EXPECT_EQ(server.Get("/v1/datasets/imagenet", ana).body["version"], 2);
+  // Agents may not register datasets.
+  ExpectProblem(server.Post("/v1/datasets", server.agent(), Manifest("x", 1)), 403, "forbidden");
+}
+
+TEST(FleetServer, ManifestsMayExceedTheBodyLimitOfOtherRoutes) {
+  TestServer server([](ServerOptions& o) {
+    o.max_body_bytes = 64 * 1024;
+    o.max_manifest_bytes = 8 << 20;
+  });
+  ASSERT_TRUE(server.ok());
+  json big = datasets::Manifest("big", 2000);  // ~200 KB of JSON
+  ASSERT_GT(big.dump().size(), 64u * 1024);
+  Reply created = server.Post("/v1/datasets", server.admin(), big);
+  ASSERT_EQ(created.status, 201) << created.raw.substr(0, 300);
+  EXPECT_EQ(created.body["objects"], 2000);
+  // The same size elsewhere is refused, and beyond the manifest limit too.
+  json job = SimpleJob();
+  job["env"] = {{"BIG", std::string(100 * 1024, 'x')}};
+  ExpectProblem(server.Post("/v1/jobs", server.admin(), job), 413, "payload-too-large");
+  json huge = datasets::Manifest("huge", 90'000);
+  Reply too_big = server.Post("/v1/datasets", server.admin(), huge);
+  EXPECT_EQ(too_big.status, 413) << too_big.raw.substr(0, 300);
+}
+
+TEST(FleetServer, SubmissionResolvesDatasetInputsInTheCallersTenant) {
+  using datasets::ErrorDetail;
+  using datasets::Manifest;
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string ana = server.CreateUser("acme", "ml", "ana", "user");
+  const std::string gil = server.CreateUser("globex", "infra", "gil", "user");
+  ASSERT_EQ(server.Post("/v1/datasets", ana, Manifest("imagenet", 3)).status, 201);
+  Reply v2 = server.Post("/v1/datasets", ana, Manifest("imagenet", 5));
+  ASSERT_EQ(v2.status, 201);
+
+  json spec = SimpleJob("train");
+  spec["datasets"] = {"c4"};
+  spec["inputs"] = json::parse(R"([{"name": "train", "dataset": "imagenet"},
+      {"name": "old", "dataset": "imagenet", "version": 1},
+      {"name": "vocab", "uri": "https://h/vocab.txt", "size": 12, "sha256": ")" +
+                               datasets::kHexB + R"("}])");
+  Reply created = server.Post("/v1/jobs", ana, spec);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  Reply job = server.Get("/v1/jobs/" + std::to_string(created.body["id"].get<int64_t>()), ana);
+  ASSERT_EQ(job.status, 200);
+  const json& inputs = job.body["spec"]["inputs"];
+  ASSERT_EQ(inputs.size(), 3u) << job.raw;
+  EXPECT_EQ(inputs[0]["version"], 2);  // the latest at submission
+  EXPECT_EQ(inputs[0]["manifest_digest"], v2.body["digest"]);
+  EXPECT_EQ(inputs[0]["bytes"], 500);
+  EXPECT_EQ(inputs[0]["objects"], 5);
+  EXPECT_EQ(inputs[1]["version"], 1);
+  EXPECT_EQ(inputs[1]["objects"], 3);
+  EXPECT_EQ(inputs[2]["bytes"], 12);
+  EXPECT_EQ(inputs[2]["objects"], 1);
+  EXPECT_FALSE(inputs[2].contains("manifest_digest"));
+  // The locality hint gains the dataset once.
+  EXPECT_EQ(job.body["spec"]["datasets"], json::array({"c4", "imagenet"}));
+
+  // Unknown dataset, unknown version, another tenant's dataset, stream mode.
+  json unknown = SimpleJob();
+  unknown["inputs"] = {{{"name", "train"}, {"dataset", "c4"}}};
+  Reply no_dataset = server.Post("/v1/jobs", ana, unknown);
+  ExpectProblem(no_dataset, 422, "validation");
+  EXPECT_NE(ErrorDetail(no_dataset, "inputs[0].dataset").find("input \"train\": no dataset c4"),
+            std::string::npos)
+      << no_dataset.raw;
+  unknown["inputs"] = {{{"name", "train"}, {"dataset", "imagenet"}, {"version", 7}}};
+  Reply no_version = server.Post("/v1/jobs", ana, unknown);
+  ExpectProblem(no_version, 422, "validation");
+  EXPECT_NE(ErrorDetail(no_version, "inputs[0].version").find("has no version 7"),
+            std::string::npos)
+      << no_version.raw;
+  unknown["inputs"] = {{{"name", "train"}, {"dataset", "imagenet"}}};
+  ExpectProblem(server.Post("/v1/jobs", gil, unknown), 422, "validation");
+  unknown["inputs"] = {{{"name", "train"}, {"dataset", "imagenet"}, {"mode", "stream"}}};
+  Reply stream = server.Post("/v1/jobs", ana, unknown);
+  ExpectProblem(stream, 422, "validation");
+  EXPECT_EQ(ErrorDetail(stream, "inputs[0].mode"),
+            "mode \"stream\" is not implemented; use \"copy\"");
+  EXPECT_EQ(server.Get("/v1/jobs", ana).body["jobs"].size(), 1u);
+}
+
+TEST(FleetServer, AssignmentsCarryInputsAndStagingReportsReachTheTimeline) {
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(server.Post("/v1/agent/register", server.agent(), GpuNode("gpu-st", "L4", 2)).status,
+            200);
+  ASSERT_EQ(server.Post("/v1/datasets", server.admin(), datasets::Manifest("imagenet", 2)).status,
+            201);
+  json spec = SimpleJob("staged");
+  spec["gpus_per_task"] = 2;
+  spec["inputs"] = json::parse(R"([{"name": "train", "dataset": "imagenet"},
+      {"name": "vocab", "uri": "https://h/dir/vocab.txt", "sha256": ")" +
+                               datasets::kHexB + R"("}])");
+  Reply created = server.Post("/v1/jobs", server.admin(), spec);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const int64_t id = created.body["id"].get<int64_t>();
+  const std::string path = "/v1/jobs/" + std::to_string(id);
+  json body = {{"node", "gpu-st"}, {"instance", "gpu-st-i1"}};
+  json assignment;
+  for (int i = 0; i < 8 && assignment.is_null(); ++i) {
+    Reply reply = server.Post("/v1/agent/sync?wait_ms=3000", server.agent(), body);
+    for (const json& start : reply.body["start"]) {
+      if (start["job_id"] == id) assignment = start;
+    }
+  }
+  ASSERT_TRUE(assignment.is_object());
+  EXPECT_EQ(assignment["tenant"], "default");
+  ASSERT_EQ(assignment["inputs"].size(), 2u) << assignment.dump();
+  const json& train = assignment["inputs"][0];
+  EXPECT_EQ(train["name"], "train");
+  ASSERT_EQ(train["objects"].size(), 2u);
+  EXPECT_EQ(train["objects"][0], (json{{"path", "shard/0.bin"},
+                                       {"uri", "s3://lake/imagenet/shard/0.bin"},
+                                       {"size", 100},
+                                       {"sha256", datasets::kHexA}}));
+  const json& vocab = assignment["inputs"][1];
+  EXPECT_EQ(vocab["objects"], json::array({{{"path", "vocab.txt"},
+                                            {"uri", "https://h/dir/vocab.txt"},
+                                            {"size", -1},
+                                            {"sha256", datasets::kHexB}}}));
+  // What the agent is sent parses with the shared parser.
+  EXPECT_TRUE(ParseStagedInputs(assignment["inputs"]).ok());
+
+  const json ref = {{"job_id", id}, {"task", 0}, {"attempt", 1}};
+  auto report = [&](const std::string& kind, const std::string& message) {
+    json sync = body;
+    sync["running"] = {ref};
+    sync["reports"] = {
+        {{"job_id", id}, {"task", 0}, {"attempt", 1}, {"kind", kind}, {"message", message}}};
+    return server.Post("/v1/agent/sync", server.agent(), sync);
+  };
+  EXPECT_EQ(report("staging", "2 inputs, 3 objects, 200 B").status, 200);
+  EXPECT_EQ(report("staged", "2 inputs, 3 objects: 200 B fetched in 0.1 s").status, 200);
+  EXPECT_EQ(server.Get(path, server.admin()).body["state"], "ADMITTED");
+  Reply failed = report("staging_failed", "input vocab: vocab.txt: sha256 mismatch");
+  EXPECT_EQ(failed.status, 200) << failed.raw;
+  Reply job = server.Get(path, server.admin());
+  EXPECT_EQ(job.body["state"], "FAILED");
+  EXPECT_EQ(job.body["reason"], "STAGING_FAILED");
+  EXPECT_EQ(job.body["attempt"], 1);
+  Reply gpus = server.Get("/v1/gpus", server.admin());
+  for (const json& gpu : gpus.body["gpus"]) EXPECT_EQ(gpu["allocated"], false) << gpus.raw;
+  Reply events = server.Get(path + "/events", server.admin());
+  std::set<std::string> types;
+  for (const json& event : events.body["events"]) {
+    types.insert(event["type"].get<std::string>());
+    if (event["type"] == "staged") {
+      EXPECT_NE(event["message"].get<std::string>().find("0.1 s"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(types.count("staging_started"), 1u) << events.raw;
+  EXPECT_EQ(types.count("staged"), 1u);
+  EXPECT_EQ(types.count("staging_failed"), 1u);
+  // An unknown kind is refused.
+  ExpectProblem(report("prefetched", ""), 422, "validation");
 }
 
 }  // namespace
