@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/yaml_tree.h"
+#include "cli/dataset_cli.h"
 #include "cli/log_lines.h"
 #include "ferry/fleet/agent.h"
 #include "ferry/fleet/client.h"
@@ -112,9 +113,15 @@ Result<json> YamlToJson(const yaml::Reporter& reporter, const yaml::Ref& ref,
         const std::string child = path.empty() ? key : path + "." + key;
         // An empty value is placed at the next token; its key says better where it is.
         if (value_ref.node->kind == yaml::Node::Kind::kNull) value_ref.location = key_ref.location;
+        // An input's names, URI and digest too (a digest of digits only, a name "1").
+        const bool input_field = path.rfind("inputs[", 0) == 0 &&
+                                 path.find('.') == std::string::npos &&
+                                 (key == "name" || key == "dataset" || key == "uri" ||
+                                  key == "sha256" || key == "mode" || key == "manifest_digest");
         const bool child_strings =
-            strings || (path.empty() && (key == "command" || key == "env" || key == "labels" ||
-                                         key == "gpu_models"));
+            strings || input_field ||
+            (path.empty() && (key == "command" || key == "env" || key == "labels" ||
+                              key == "gpu_models" || key == "datasets"));
         if (out.contains(key)) return reporter.Error(key_ref.location, child + ": appears twice");
         FERRY_ASSIGN_OR_RAISE(json value,
                               YamlToJson(reporter, value_ref, child, child_strings, depth + 1));
@@ -334,7 +341,15 @@ struct FleetCommands::State {
   std::string idempotency_key;
   std::string topology;
   std::vector<std::string> datasets;
+  std::vector<std::string> inputs;
   std::string pool_set;
+
+  // dataset
+  CLI::App* dataset_create_cmd = nullptr;
+  CLI::App* dataset_list_cmd = nullptr;
+  CLI::App* dataset_show_cmd = nullptr;
+  DatasetCreateArgs dataset_create;
+  std::string dataset_ref;
 
   // jobs
   CLI::App* jobs_cmd = nullptr;
@@ -482,6 +497,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
       ->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body (default 1 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   s.server_cmd
+      ->add_option("--max-manifest-bytes", so.max_manifest_bytes,
+                   "Largest dataset manifest (POST /v1/datasets; default 64 MiB)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  s.server_cmd
       ->add_option("--rate", so.rate_per_second,
                    "Requests per second per user (0: unlimited; default 200)")
       ->check(CLI::Range(0.0, 1e9));
@@ -568,8 +587,39 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                            "Gang placement preference: same_node or same_domain");
   s.submit_cmd->add_option("--dataset", s.datasets, "Data set the job reads (repeatable)");
   s.submit_cmd->add_option("--pool-set", s.pool_set, "Pool set of the scheduler config");
+  s.submit_cmd->add_option("--input", s.inputs,
+                           "Input staged before the start: NAME=DATASET[@VERSION] or "
+                           "NAME=URI#sha256=HEX (repeatable; adds to the file's inputs)");
   s.submit_cmd->add_option("--idempotency-key", s.idempotency_key,
                            "Retry-safe key: resubmitting with it returns the same job");
+
+  CLI::App* dataset_cmd =
+      app.add_subcommand("dataset", "Register and inspect datasets (versioned manifests)");
+  dataset_cmd->require_subcommand(1);
+  s.dataset_create_cmd =
+      dataset_cmd->add_subcommand("create", "Register a manifest as the next version of a dataset");
+  s.AddConnection(s.dataset_create_cmd);
+  s.dataset_create_cmd->add_option("name", s.dataset_create.name, "Dataset name")->required();
+  s.dataset_create_cmd
+      ->add_option("--source", s.dataset_create.source,
+                   "Base URI the paths are under, ending in '/' (s3://bucket/prefix/, "
+                   "https://host/base/, file:///dir/)")
+      ->required();
+  s.dataset_create_cmd->add_option("--manifest", s.dataset_create.manifest_file,
+                                   "JSON file: {\"objects\": [{\"path\", \"size\", "
+                                   "\"sha256\"}]} or the bare array");
+  s.dataset_create_cmd->add_option(
+      "--from-dir", s.dataset_create.from_dir,
+      "Compute the manifest from a local copy of the objects (every regular file, hashed)");
+  s.dataset_create_cmd->add_option("--description", s.dataset_create.description,
+                                   "What the version holds");
+  s.dataset_list_cmd =
+      dataset_cmd->add_subcommand("list", "List datasets and their latest version");
+  s.AddConnection(s.dataset_list_cmd);
+  s.dataset_show_cmd = dataset_cmd->add_subcommand(
+      "show", "Show a dataset's versions, or with NAME@VERSION that version's objects");
+  s.AddConnection(s.dataset_show_cmd);
+  s.dataset_show_cmd->add_option("dataset", s.dataset_ref, "NAME or NAME@VERSION")->required();
 
   s.jobs_cmd = app.add_subcommand("jobs", "List jobs, newest first");
   s.AddConnection(s.jobs_cmd);
@@ -655,7 +705,8 @@ int FleetCommands::Run() {
   for (CLI::App* command :
        {s.submit_cmd, s.jobs_cmd, s.status_cmd, s.logs_cmd, s.cancel_cmd, s.nodes_cmd, s.drain_cmd,
         s.undrain_cmd, s.whoami_cmd, s.scheduler_cmd, s.admin_user_add, s.admin_user_list,
-        s.admin_user_revoke, s.admin_user_token}) {
+        s.admin_user_revoke, s.admin_user_token, s.dataset_create_cmd, s.dataset_list_cmd,
+        s.dataset_show_cmd}) {
     if (command->parsed()) return s.RunUser();
   }
   return -1;
@@ -721,6 +772,9 @@ int FleetCommands::State::RunUser() {
     if (!ParseJobId(job_id, &id)) return UsageError("bad job id '" + job_id + "'");
   }
   if (submit_cmd->parsed()) return Submit(client);
+  if (dataset_create_cmd->parsed()) return DatasetCreate(client, dataset_create, json_output);
+  if (dataset_list_cmd->parsed()) return DatasetList(client, json_output);
+  if (dataset_show_cmd->parsed()) return DatasetShow(client, dataset_ref, json_output);
   if (jobs_cmd->parsed()) return Jobs(client);
   if (status_cmd->parsed()) return JobStatus(client, id);
   if (logs_cmd->parsed()) return Logs(client, id);
@@ -780,6 +834,12 @@ int FleetCommands::State::Submit(Client& client) {
   if (given("--topology")) body["topology"] = topology;
   if (!datasets.empty()) body["datasets"] = datasets;
   if (given("--pool-set")) body["pool_set"] = pool_set;
+  for (const std::string& text : inputs) {
+    auto input = ParseInputFlag(text);
+    if (!input.ok()) return UsageError(input.status().message());
+    if (!body["inputs"].is_array()) body["inputs"] = json::array();
+    body["inputs"].push_back(std::move(*input));
+  }
   if (!gpu_models.empty()) body["gpu_models"] = gpu_models;
   for (const auto& [flag, values, field] :
        {std::tuple{"--env", &env, "env"}, std::tuple{"--label", &labels, "labels"}}) {

@@ -1,6 +1,7 @@
 // The fleet commands of `ferry`: server, agent and the user commands (submit,
 // jobs, status, logs, cancel, nodes, drain, undrain, whoami, admin user
-// add/list/revoke) over the REST API (docs/fleet-cli.md).
+// add/list/revoke, dataset create/list/show) over the REST API
+// (docs/fleet-cli.md).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -41,7 +42,8 @@ class FleetCommands {
 
 // A job file (YAML with the fields of the submit API) as the JSON body.
 // Plain scalars become numbers/booleans/null where they look like one, except
-// under `command`, `env`, `labels` and `gpu_models`, which hold strings.
+// under `command`, `env`, `labels`, `gpu_models` and `datasets`, and an
+// input's `name`, `dataset`, `uri`, `sha256` and `mode`, which hold strings.
 Result<nlohmann::json> JobFileToJson(const std::string& yaml_text, const std::string& file_name);
 
 // "k=v" into (k, v); an error names `what` ("--env") when there is no '=' or no key.
