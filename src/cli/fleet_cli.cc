@@ -19,6 +19,7 @@
 #include "ferry/fleet/client.h"
 #include "ferry/fleet/model.h"
 #include "ferry/fleet/server.h"
+#include "ferry/fleet/staging.h"
 
 namespace ferry::cli {
 
@@ -319,6 +320,7 @@ struct FleetCommands::State {
   fleet::AgentOptions agent_options;
   std::string gpus;
   std::vector<std::string> agent_labels;
+  std::string cache_quota;
 
   // submit
   CLI::App* submit_cmd = nullptr;
@@ -559,6 +561,13 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd->add_option("--metrics-listen", ao.metrics_listen,
                           "Serve GET /metrics (Prometheus text) on HOST:PORT, e.g. "
                           "127.0.0.1:9402 (default: off)");
+  s.agent_cmd->add_option("--cache-dir", ao.cache_dir,
+                          "Node cache of staged job inputs (default <work-dir>/cache)");
+  s.agent_cmd->add_option("--cache-quota", s.cache_quota,
+                          "Size quota of the node cache: bytes or 500M, 20G, 2T (default 10G)");
+  s.agent_cmd->add_option("--storage-config", ao.storage_config,
+                          "YAML file naming the S3 endpoints (with credential files), file roots "
+                          "and CA file this node stages inputs from (default: none)");
   s.agent_cmd
       ->add_option("--log-format", ao.log_format,
                    "text (default) or json: JSON lines with the node, job id, task and attempt")
@@ -732,6 +741,14 @@ int FleetCommands::State::RunAgent() {
     auto pair = ParseKeyValue(label, "--label");
     if (!pair.ok()) return UsageError(pair.status().message());
     agent_options.labels[pair->first] = pair->second;
+  }
+  if (!cache_quota.empty()) {
+    auto quota = fleet::ParseByteSize(cache_quota);
+    if (!quota.ok() || *quota <= 0) {
+      return UsageError("--cache-quota: " +
+                        (quota.ok() ? std::string("must be above 0") : quota.status().message()));
+    }
+    agent_options.cache_quota_bytes = *quota;
   }
   if (!agent_options.metrics_listen.empty()) {
     auto address = fleet::ParseListenAddress(agent_options.metrics_listen);

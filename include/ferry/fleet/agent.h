@@ -38,6 +38,12 @@ struct AgentOptions {
   // HOST:PORT to serve `GET /metrics` on (docs/fleet-metrics.md); empty: no
   // metrics listener. Port 0 picks a free port (logged).
   std::string metrics_listen;
+  // Stage-in of job inputs (docs/fleet-staging.md): the node cache's
+  // directory (empty: <work_dir>/cache) and size quota, and the storage
+  // config (S3 endpoints and credentials, file roots; empty: none).
+  std::string cache_dir;
+  int64_t cache_quota_bytes = 10LL << 30;
+  std::string storage_config;
   // "text" (default) or "json": JSON lines on stderr with the node, job id,
   // task and attempt as fields where they apply (docs/fleet-agent.md#logs).
   std::string log_format = "text";

@@ -25,6 +25,7 @@
 #include "ferry/fleet/client.h"
 #include "fleet/agent/agent_internal.h"
 #include "fleet/agent/agent_metrics.h"
+#include "fleet/agent/input_stager.h"
 #include "fleet/agent/nvml.h"
 #include "fleet/agent/task_runner.h"
 
@@ -233,6 +234,32 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   strings("gpu_uuids", &assignment.gpu_uuids);
   strings("gang_nodes", &assignment.gang_nodes);
   strings("gang_addresses", &assignment.gang_addresses);
+  assignment.tenant = ReadString(object, "tenant");
+  if (auto inputs = object.find("inputs"); inputs != object.end() && !inputs->is_null()) {
+    if (!inputs->is_array()) return Status::Invalid("inputs must be a list");
+    for (const auto& item : *inputs) {
+      if (!item.is_object()) return Status::Invalid("inputs holds a non-object");
+      StagedInput input;
+      input.name = ReadString(item, "name");
+      auto objects = item.find("objects");
+      if (input.name.empty() || objects == item.end() || !objects->is_array()) {
+        return Status::Invalid("an input needs a name and a list of objects");
+      }
+      for (const auto& o : *objects) {
+        if (!o.is_object()) return Status::Invalid("input " + input.name + ": a non-object");
+        StagedObject object_ref;
+        object_ref.path = ReadString(o, "path");
+        object_ref.uri = ReadString(o, "uri");
+        object_ref.sha256 = ReadString(o, "sha256");
+        ReadNumber(o, "size", &object_ref.size);
+        if (object_ref.path.empty() || object_ref.uri.empty() || object_ref.sha256.empty()) {
+          return Status::Invalid("input " + input.name + ": an object needs path, uri and sha256");
+        }
+        input.objects.push_back(std::move(object_ref));
+      }
+      assignment.inputs.push_back(std::move(input));
+    }
+  }
   if (auto it = object.find("rendezvous_port"); it != object.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 65535) {
       return Status::Invalid("rendezvous_port must be an integer between 0 and 65535");
@@ -436,6 +463,18 @@ json ToJson(const TaskReport& report) {
       break;
     case TaskReport::Kind::kLaunchFailed:
       out["kind"] = "launch_failed";
+      break;
+    case TaskReport::Kind::kStaging:
+      out["kind"] = "staging";
+      break;
+    case TaskReport::Kind::kStaged:
+      out["kind"] = "staged";
+      break;
+    case TaskReport::Kind::kStagingFailed:
+      out["kind"] = "staging_failed";
+      break;
+    default:  // resource managers' reports; agents do not send them
+      out["kind"] = "unknown";
       break;
   }
   out["exit_code"] = report.exit_code ? json(*report.exit_code) : json(nullptr);
@@ -660,6 +699,8 @@ class Agent {
   // node never see half of it); a failure is logged, the task still starts.
   void WriteHostfile(const std::string& path, const std::string& text);
   void HandleSyncResponse(const json& body);
+  // Starts a task whose inputs (if any) are staged.
+  void Launch(agent_internal::InputStager::Ready ready);
   // Starts the --metrics-listen listener, if asked for.
   Status StartMetrics();
   // One line per task start, exit or launch failure.
@@ -691,6 +732,7 @@ class Agent {
   std::unique_ptr<Client> sync_client_;
   std::unique_ptr<LogShipper> shipper_;
   std::unique_ptr<TaskRunner> runner_;
+  std::unique_ptr<agent_internal::InputStager> stager_;  // its threads call Wake()
   std::unique_ptr<agent_internal::MetricsListener> metrics_listener_;
 };
 
@@ -773,6 +815,13 @@ Status Agent::Prepare() {
   };
   runner_options.on_report = [this] { Wake(); };
   runner_ = std::make_unique<TaskRunner>(std::move(runner_options));
+  agent_internal::InputStager::Options stager_options;
+  stager_options.work_dir = node_.work_dir;
+  stager_options.cache_dir = options_.cache_dir;
+  stager_options.cache_quota_bytes = options_.cache_quota_bytes;
+  stager_options.storage_config = options_.storage_config;
+  stager_options.wake = [this] { Wake(); };
+  FERRY_ASSIGN_OR_RAISE(stager_, agent_internal::InputStager::Open(std::move(stager_options)));
   return StartMetrics();
 }
 
@@ -786,6 +835,7 @@ Status Agent::StartMetrics() {
                           agent_internal::AgentSnapshot snapshot;
                           snapshot.tasks_running = static_cast<int64_t>(runner_->Running().size());
                           snapshot.logs = shipper_->Backlog();
+                          if (stager_) snapshot.cache = stager_->Stats();
                           return metrics_->Render(snapshot);
                         }));
   const bool v6 = address.host.find(':') != std::string::npos;
@@ -825,6 +875,24 @@ void Agent::LogReport(const TaskReport& report) const {
                                                      {"job_id", ref.job_id},
                                                      {"task", ref.task},
                                                      {"attempt", ref.attempt}});
+      break;
+    case TaskReport::Kind::kStaging:
+    case TaskReport::Kind::kStaged:
+      Log(std::string(report.kind == TaskReport::Kind::kStaging ? "staging inputs: "
+                                                                : "inputs staged: ") +
+              report.message,
+          {{"node", options_.node_name},
+           {"job_id", ref.job_id},
+           {"task", ref.task},
+           {"attempt", ref.attempt}});
+      break;
+    case TaskReport::Kind::kStagingFailed:
+      Warn("staging failed: " + report.message, {{"node", options_.node_name},
+                                                 {"job_id", ref.job_id},
+                                                 {"task", ref.task},
+                                                 {"attempt", ref.attempt}});
+      break;
+    default:
       break;
   }
 }
@@ -926,7 +994,10 @@ void Agent::HandleSyncResponse(const json& body) {
   if (auto stop = body.find("stop"); stop != body.end() && stop->is_array()) {
     for (const auto& entry : *stop) {
       auto ref = agent_internal::ParseRef(entry);
-      if (ref.ok()) runner_->Stop(*ref, std::chrono::milliseconds(stop_grace_ms_));
+      if (ref.ok()) {
+        stager_->Stop(*ref);
+        runner_->Stop(*ref, std::chrono::milliseconds(stop_grace_ms_));
+      }
     }
   }
   if (auto start = body.find("start"); start != body.end() && start->is_array()) {
@@ -955,11 +1026,22 @@ void Agent::HandleSyncResponse(const json& body) {
         pending_.push_back({report, 0, Clock::now()});
         continue;
       }
-      LaunchSpec launch = agent_internal::BuildLaunchSpec(*assignment, node_);
-      WriteHostfile(launch.env["FERRY_HOSTFILE"], agent_internal::GangHostfile(*assignment, node_));
-      runner_->Start(launch);
+      std::vector<agent_internal::InputStager::Ready> ready;
+      stager_->Offer(std::move(*assignment), &ready);
+      for (auto& task : ready) Launch(std::move(task));
     }
   }
+}
+
+void Agent::Launch(agent_internal::InputStager::Ready ready) {
+  LaunchSpec launch = agent_internal::BuildLaunchSpec(ready.assignment, node_);
+  if (!ready.inputs_dir.empty()) {
+    launch.env["FERRY_INPUTS_DIR"] = ready.inputs_dir;
+    launch.read_only_dir = ready.inputs_dir;
+  }
+  WriteHostfile(launch.env["FERRY_HOSTFILE"],
+                agent_internal::GangHostfile(ready.assignment, node_));
+  runner_->Start(launch);
 }
 
 Status Agent::Run() {
@@ -992,8 +1074,18 @@ Status Agent::Run() {
       if (!*result) break;
       registered = true;
     }
+    // Staging that ended: its tasks start (after their `staged` reports).
+    std::vector<agent_internal::InputStager::Ready> staged;
+    stager_->Poll(&staged);
+    for (auto& task : staged) Launch(std::move(task));
+    for (auto& report : stager_->TakeReports()) {
+      LogReport(report);
+      pending_.push_back({std::move(report), 0, Clock::now()});
+    }
     // Running() before TakeReports(): a task ending in between is in one of them.
     std::vector<TaskRef> running = runner_->Running();
+    stager_->Sweep(running);
+    for (const TaskRef& held : stager_->Held()) running.push_back(held);
     for (auto& report : runner_->TakeReports()) {
       LogReport(report);
       const bool ended = report.kind != TaskReport::Kind::kStarted;
@@ -1109,6 +1201,7 @@ Status Agent::Run() {
   done.store(true);
   watcher.join();
   metrics_listener_.reset();
+  stager_.reset();
   runner_.reset();
   shipper_.reset();
   return status;

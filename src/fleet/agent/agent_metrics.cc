@@ -202,6 +202,39 @@ std::string AgentMetrics::Render(const AgentSnapshot& snapshot) {
                 "Task output dropped over the queue cap while the server was unreachable (the "
                 "node's log files keep it).");
   writer.Sample("ferry_agent_log_dropped_bytes_total", {}, static_cast<double>(logs.dropped_bytes));
+  const CacheStats& cache = snapshot.cache;
+  auto cache_series = [&](const char* name, const char* type, const char* help, int64_t value) {
+    writer.Family(name, type, help);
+    writer.Sample(name, {}, static_cast<double>(value));
+  };
+  cache_series("ferry_agent_cache_hits_total", "counter",
+               "Input objects a job found in the node cache.", cache.hits);
+  cache_series("ferry_agent_cache_misses_total", "counter",
+               "Input objects fetched into the node cache.", cache.misses);
+  cache_series("ferry_agent_cache_hit_bytes_total", "counter",
+               "Bytes of job inputs served from the node cache.", cache.bytes_hit);
+  cache_series("ferry_agent_cache_fetched_bytes_total", "counter",
+               "Bytes downloaded into the node cache (a resumed download counts what was new).",
+               cache.bytes_fetched);
+  cache_series("ferry_agent_cache_resumed_bytes_total", "counter",
+               "Bytes of interrupted downloads reused when they were resumed.",
+               cache.bytes_resumed);
+  cache_series("ferry_agent_cache_evictions_total", "counter",
+               "Entries evicted (least recently used, never one a job holds).", cache.evictions);
+  cache_series("ferry_agent_cache_evicted_bytes_total", "counter", "Bytes evicted.",
+               cache.bytes_evicted);
+  cache_series("ferry_agent_cache_refused_total", "counter",
+               "Downloads refused because their digest or size did not match the manifest.",
+               cache.corrupt);
+  cache_series("ferry_agent_cache_tampered_total", "counter",
+               "Entries found changed on disk, dropped and fetched again.", cache.tampered);
+  cache_series("ferry_agent_cache_entries", "gauge", "Objects in the node cache.", cache.entries);
+  cache_series("ferry_agent_cache_bytes", "gauge", "Bytes of objects in the node cache.",
+               cache.bytes_used);
+  cache_series("ferry_agent_cache_pinned_bytes", "gauge",
+               "Bytes of the node cache held by jobs being staged or running.", cache.bytes_pinned);
+  cache_series("ferry_agent_cache_quota_bytes", "gauge", "The node cache's size quota.",
+               cache.quota_bytes);
   writer.Append(telemetry::ToPrometheus());
   return writer.Take();
 }

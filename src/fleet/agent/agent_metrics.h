@@ -15,6 +15,7 @@
 #include "ferry/base/metrics.h"
 #include "ferry/base/status.h"
 #include "ferry/fleet/agent.h"
+#include "ferry/fleet/staging.h"
 #include "fleet/agent/nvml.h"
 
 namespace httplib {
@@ -36,6 +37,7 @@ struct LogBacklog {
 struct AgentSnapshot {
   int64_t tasks_running = 0;
   LogBacklog logs;
+  CacheStats cache;  // the node cache of staged inputs
 };
 
 // Thread-safe: the sync loop reports syncs while the listener renders.

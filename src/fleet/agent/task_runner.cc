@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -53,9 +55,45 @@ struct ChildFailure {
 };
 
 // Child side of Start: only async-signal-safe calls between fork and exec.
+// What the child writes to become root of nothing but its own mount
+// namespace: "<uid> <uid> 1" and "<gid> <gid> 1", prepared before fork.
+struct IdMaps {
+  std::string uid_map;
+  std::string gid_map;
+};
+
+// Writes `text` to a /proc file; async-signal-safe.
+bool WriteProc(const char* path, const std::string& text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
+}
+
+// In the child: `dir` bind-mounted read-only in a private mount namespace.
+// Returns false when the mounts failed after the namespace was made (the
+// launch fails); true when done, or when no namespace could be made at all
+// (permission bits protect the tree then).
+bool MountReadOnly(const char* dir, const IdMaps& maps) {
+  if (unshare(CLONE_NEWNS) != 0) {
+    if (geteuid() == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return true;
+    if (!WriteProc("/proc/self/setgroups", "deny") ||
+        !WriteProc("/proc/self/uid_map", maps.uid_map) ||
+        !WriteProc("/proc/self/gid_map", maps.gid_map)) {
+      return false;
+    }
+  }
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
+  if (mount(dir, dir, nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+  return mount(nullptr, dir, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+               nullptr) == 0;
+}
+
 [[noreturn]] void ExecChild(pid_t parent, int null_fd, int out_fd, int err_fd, int status_fd,
-                            const char* cwd, const struct rlimit* limit, const char* exe,
-                            char* const* argv, char* const* envp) {
+                            const char* cwd, const struct rlimit* limit, const char* read_only,
+                            const IdMaps& maps, const char* exe, char* const* argv,
+                            char* const* envp) {
   auto fail = [status_fd](int stage) {
     ChildFailure failure{stage, errno};
     ssize_t ignored = write(status_fd, &failure, sizeof(failure));
@@ -86,6 +124,7 @@ struct ChildFailure {
       if (fd != status_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
+  if (read_only != nullptr && !MountReadOnly(read_only, maps)) fail(4);
   if (cwd != nullptr && chdir(cwd) != 0) fail(1);
   if (limit != nullptr && setrlimit(RLIMIT_AS, limit) != 0) fail(2);
   execve(exe, argv, envp);
@@ -243,6 +282,8 @@ void TaskRunner::Start(const LaunchSpec& spec) {
     return launch_failed("cannot create pipes: " + error);
   }
 
+  const IdMaps maps{std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1",
+                    std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1"};
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -253,7 +294,9 @@ void TaskRunner::Start(const LaunchSpec& spec) {
   if (pid == 0) {
     ExecChild(parent, null_fd, out_pipe[1], err_pipe[1], status_pipe[1],
               spec.working_dir.empty() ? nullptr : spec.working_dir.c_str(),
-              spec.memory_limit_mb > 0 ? &limit : nullptr, exe->c_str(), argv.data(), envp.data());
+              spec.memory_limit_mb > 0 ? &limit : nullptr,
+              spec.read_only_dir.empty() ? nullptr : spec.read_only_dir.c_str(), maps, exe->c_str(),
+              argv.data(), envp.data());
   }
   CloseFd(&out_pipe[1]);
   CloseFd(&err_pipe[1]);
@@ -279,6 +322,9 @@ void TaskRunner::Start(const LaunchSpec& spec) {
         return launch_failed("cannot enter working directory " + spec.working_dir + ": " + error);
       case 2:
         return launch_failed("cannot set the memory limit: " + error);
+      case 4:
+        return launch_failed("cannot mount the inputs " + spec.read_only_dir +
+                             " read-only: " + error);
       default:
         return launch_failed("cannot execute " + *exe + ": " + error);
     }

@@ -238,6 +238,36 @@ TEST(TaskRunner, MemoryLimit) {
   EXPECT_EQ(harness.Output(11, "stdout"), "262144\n");
 }
 
+// The staged inputs are read-only to the task even when it runs as root (a
+// bind mount in its own mount namespace, not just permission bits); the
+// agent's view of the directory stays writable.
+TEST(TaskRunner, TheInputsDirectoryIsMountedReadOnly) {
+  Harness harness;
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / "ferry-runner-ro").lexically_normal().string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/inputs");
+  std::ofstream(dir + "/inputs/data") << "original";
+  LaunchSpec spec = Shell(12,
+                          "if echo changed > \"$1/inputs/data\" 2>/dev/null; then echo WROTE; "
+                          "else echo REFUSED; fi; cat \"$1/inputs/data\"; echo; "
+                          "touch \"$1/outside\" && echo OUTSIDE-OK");
+  spec.argv.push_back("sh");
+  spec.argv.push_back(dir);
+  spec.read_only_dir = dir + "/inputs";
+  harness.runner().Start(spec);
+  auto exited = harness.WaitForReport(12, TaskReport::Kind::kExited);
+  ASSERT_TRUE(exited.has_value());
+  const std::string out = harness.Output(12, "stdout");
+  EXPECT_NE(out.find("REFUSED"), std::string::npos) << out;
+  EXPECT_NE(out.find("original"), std::string::npos) << out;
+  EXPECT_NE(out.find("OUTSIDE-OK"), std::string::npos) << out;
+  // Outside the task, nothing was mounted over the directory.
+  std::ofstream(dir + "/inputs/agent-side") << "x";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/inputs/agent-side"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TaskRunner, ARefStartsOnce) {
   Harness harness;
   harness.runner().Start(Shell(12, "echo once"));

@@ -1,0 +1,216 @@
+// InputStager (input_stager.h).
+#include "fleet/agent/input_stager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+namespace ferry::fleet::agent_internal {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// How long a failed staging's answer is kept for repeats of its assignment.
+constexpr auto kKeepFailed = std::chrono::seconds(60);
+
+}  // namespace
+
+InputStager::InputStager(Options options) : options_(std::move(options)) {}
+
+InputStager::~InputStager() {
+  for (auto& [key, attempt] : attempts_) attempt->cancel = true;
+  for (auto& [key, attempt] : attempts_) {
+    if (attempt->thread.joinable()) attempt->thread.join();
+  }
+}
+
+Result<std::unique_ptr<InputStager>> InputStager::Open(Options options) {
+  StorageConfig storage;
+  if (!options.storage_config.empty()) {
+    FERRY_ASSIGN_OR_RAISE(storage, LoadStorageConfig(options.storage_config));
+  }
+  if (options.cache_dir.empty()) options.cache_dir = options.work_dir + "/cache";
+  std::unique_ptr<InputStager> stager(new InputStager(std::move(options)));
+  stager->fetcher_ = std::make_unique<ObjectFetcher>(std::move(storage));
+  FERRY_ASSIGN_OR_RAISE(stager->cache_, ContentCache::Open({stager->options_.cache_dir,
+                                                            stager->options_.cache_quota_bytes}));
+  // Trees a previous agent left: its tasks died with it.
+  std::error_code ignored;
+  const std::string inputs = stager->options_.work_dir + "/inputs";
+  if (std::filesystem::exists(inputs, ignored)) {
+    for (const auto& entry : std::filesystem::directory_iterator(inputs, ignored)) {
+      RemoveStagedTree(entry.path().string());
+    }
+  }
+  return stager;
+}
+
+bool InputStager::Contains(const std::vector<TaskRef>& refs, const TaskRef& ref) {
+  return std::find(refs.begin(), refs.end(), ref) != refs.end();
+}
+
+void InputStager::Queue(const TaskRef& ref, TaskReport::Kind kind, std::string message) {
+  TaskReport report;
+  report.ref = ref;
+  report.kind = kind;
+  report.message = std::move(message);
+  report.at_ms = NowMs();
+  reports_.push_back(std::move(report));
+}
+
+void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
+  if (assignment.inputs.empty()) {
+    ready->push_back({std::move(assignment), std::string()});
+    return;
+  }
+  const TaskRef ref = assignment.ref;
+  const Key key{ref.job_id, ref.attempt};
+  auto it = attempts_.find(key);
+  if (it != attempts_.end()) {
+    Attempt& attempt = *it->second;
+    bool known = Contains(attempt.launched, ref);
+    for (const auto& waiting : attempt.waiting) known = known || waiting.ref == ref;
+    if (known) return;
+    if (attempt.ended && attempt.result.ok()) {
+      // Another task of an attempt staged here already: it shares the tree.
+      Queue(ref, TaskReport::Kind::kStaged, attempt.result->Summary(attempt.inputs));
+      attempt.launched.push_back(ref);
+      ready->push_back({std::move(assignment), attempt.dir});
+      return;
+    }
+    if (!attempt.ended) {
+      Queue(ref, TaskReport::Kind::kStaging, "staging with the other tasks of this attempt");
+      attempt.waiting.push_back(std::move(assignment));
+      return;
+    }
+    // Its staging failed before: report that again for this task.
+    Queue(ref, TaskReport::Kind::kStagingFailed, attempt.result.status().message());
+    return;
+  }
+  auto attempt = std::make_unique<Attempt>();
+  attempt->tenant = assignment.tenant;
+  attempt->holder = "job-" + std::to_string(ref.job_id) + "-" + std::to_string(ref.attempt);
+  attempt->dir = options_.work_dir + "/inputs/" + std::to_string(ref.job_id) + "-" +
+                 std::to_string(ref.attempt);
+  attempt->inputs = assignment.inputs.size();
+  int64_t objects = 0;
+  int64_t bytes = 0;
+  for (const StagedInput& input : assignment.inputs) {
+    for (const StagedObject& object : input.objects) {
+      ++objects;
+      bytes += std::max<int64_t>(object.size, 0);
+    }
+  }
+  Queue(ref, TaskReport::Kind::kStaging,
+        "fetching " + std::to_string(attempt->inputs) +
+            (attempt->inputs == 1 ? " input (" : " inputs (") + std::to_string(objects) +
+            (objects == 1 ? " object, " : " objects, ") + FormatBytes(bytes) + ", " +
+            FormatBytes(cache_->PresentBytes(attempt->tenant,
+                                             [&] {
+                                               std::vector<StagedObject> all;
+                                               for (const StagedInput& input : assignment.inputs) {
+                                                 all.insert(all.end(), input.objects.begin(),
+                                                            input.objects.end());
+                                               }
+                                               return all;
+                                             }())) +
+            " already in the node cache)");
+  std::vector<StagedInput> inputs = assignment.inputs;
+  attempt->waiting.push_back(std::move(assignment));
+  Attempt* raw = attempt.get();
+  attempt->thread = std::thread([this, raw, inputs = std::move(inputs)] {
+    raw->result = StageInputs(cache_.get(), *fetcher_, raw->tenant, raw->holder, inputs, raw->dir,
+                              options_.stage, &raw->cancel);
+    raw->finished = true;
+    if (options_.wake) options_.wake();
+  });
+  attempts_.emplace(key, std::move(attempt));
+}
+
+void InputStager::Poll(std::vector<Ready>* ready) {
+  for (auto it = attempts_.begin(); it != attempts_.end();) {
+    Attempt& attempt = *it->second;
+    if (attempt.ended || !attempt.finished.load()) {
+      ++it;
+      continue;
+    }
+    attempt.thread.join();
+    attempt.ended = true;
+    attempt.ended_at = std::chrono::steady_clock::now();
+    if (attempt.result.ok()) {
+      for (TaskAssignment& assignment : attempt.waiting) {
+        Queue(assignment.ref, TaskReport::Kind::kStaged, attempt.result->Summary(attempt.inputs));
+        attempt.launched.push_back(assignment.ref);
+        ready->push_back({std::move(assignment), attempt.dir});
+      }
+      attempt.waiting.clear();
+      ++it;
+      continue;
+    }
+    for (const TaskAssignment& assignment : attempt.waiting) {
+      Queue(assignment.ref, TaskReport::Kind::kStagingFailed, attempt.result.status().message());
+    }
+    attempt.waiting.clear();
+    // Nothing is pinned or laid out after a failure; a repeat of the
+    // assignment is answered from the kept result until the server moves on.
+    ++it;
+  }
+}
+
+std::vector<TaskReport> InputStager::TakeReports() {
+  std::vector<TaskReport> out;
+  out.swap(reports_);
+  return out;
+}
+
+void InputStager::Stop(const TaskRef& ref) {
+  auto it = attempts_.find({ref.job_id, ref.attempt});
+  if (it == attempts_.end()) return;
+  Attempt& attempt = *it->second;
+  auto& waiting = attempt.waiting;
+  waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                               [&](const TaskAssignment& a) { return a.ref == ref; }),
+                waiting.end());
+  if (waiting.empty() && attempt.launched.empty()) attempt.cancel = true;
+}
+
+std::vector<TaskRef> InputStager::Held() const {
+  std::vector<TaskRef> out;
+  for (const auto& [key, attempt] : attempts_) {
+    for (const auto& assignment : attempt->waiting) out.push_back(assignment.ref);
+  }
+  return out;
+}
+
+void InputStager::Sweep(const std::vector<TaskRef>& running) {
+  for (auto it = attempts_.begin(); it != attempts_.end();) {
+    Attempt& attempt = *it->second;
+    if (!attempt.ended || !attempt.waiting.empty()) {
+      ++it;
+      continue;
+    }
+    const bool in_use = std::any_of(attempt.launched.begin(), attempt.launched.end(),
+                                    [&](const TaskRef& ref) { return Contains(running, ref); });
+    if (in_use) {
+      ++it;
+      continue;
+    }
+    if (attempt.result.ok()) {
+      cache_->Release(attempt.holder);
+      RemoveStagedTree(attempt.dir);
+    } else if (!attempt.cancel.load() &&
+               std::chrono::steady_clock::now() - attempt.ended_at < kKeepFailed) {
+      // A failed attempt is kept a while so repeats of its assignment get
+      // the same answer; the server ends the attempt on the first report.
+      ++it;
+      continue;
+    }
+    it = attempts_.erase(it);
+  }
+}
+
+}  // namespace ferry::fleet::agent_internal

@@ -1,0 +1,92 @@
+// The agent's stage-in: an assignment whose job declares inputs is held
+// while its inputs are fetched into the node cache and laid out under
+// <work-dir>/inputs/<job>-<attempt>; the tasks of one attempt on this node
+// share one staging. Driven from the agent's sync loop (not thread-safe);
+// the fetching runs on a thread per attempt, which wakes the loop when done.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ferry/base/status.h"
+#include "ferry/fleet/staging.h"
+#include "ferry/fleet/store.h"
+
+namespace ferry::fleet::agent_internal {
+
+class InputStager {
+ public:
+  struct Options {
+    std::string work_dir;   // absolute; staged trees go to <work_dir>/inputs
+    std::string cache_dir;  // empty: <work_dir>/cache
+    int64_t cache_quota_bytes = 10LL << 30;
+    std::string storage_config;  // YAML (staging.h); empty: no S3, no file://
+    StageOptions stage;
+    std::function<void()> wake;  // called from a staging thread when it ends
+  };
+  static Result<std::unique_ptr<InputStager>> Open(Options options);
+  ~InputStager();  // cancels and joins staging threads
+  InputStager(const InputStager&) = delete;
+  InputStager& operator=(const InputStager&) = delete;
+
+  // A task to launch now, with FERRY_INPUTS_DIR (empty for a job without inputs).
+  struct Ready {
+    TaskAssignment assignment;
+    std::string inputs_dir;
+  };
+  // Takes an assignment from the server. A job without inputs is ready at
+  // once; otherwise it is held (a `staging` report is queued) until Poll
+  // hands it back staged, or reports its staging failed. Repeats of a held
+  // or launched task are ignored.
+  void Offer(TaskAssignment assignment, std::vector<Ready>* ready);
+  // Attempts whose staging ended: their tasks to launch (each with a
+  // `staged` report) or `staging_failed` reports.
+  void Poll(std::vector<Ready>* ready);
+  std::vector<TaskReport> TakeReports();
+  // The server stopped a task: a held one is dropped (and its staging
+  // cancelled when no task of the attempt is left waiting).
+  void Stop(const TaskRef& ref);
+  // Tasks held while staging (the agent reports them as running).
+  std::vector<TaskRef> Held() const;
+  // Releases the cache pins and staged trees of attempts none of whose
+  // launched tasks is in `running` any more.
+  void Sweep(const std::vector<TaskRef>& running);
+
+  CacheStats Stats() const { return cache_->Stats(); }
+
+ private:
+  struct Attempt {
+    std::string tenant;
+    std::string holder;  // the cache's name for this attempt's pins
+    std::string dir;     // the staged tree
+    size_t inputs = 0;
+    std::vector<TaskAssignment> waiting;
+    std::vector<TaskRef> launched;
+    std::thread thread;
+    std::atomic<bool> cancel{false};
+    std::atomic<bool> finished{false};
+    Result<StageResult> result = Status::OK();
+    bool ended = false;  // finished and joined; result is final
+    std::chrono::steady_clock::time_point ended_at;
+  };
+  using Key = std::pair<int64_t, int>;  // job id, attempt
+
+  explicit InputStager(Options options);
+  void Queue(const TaskRef& ref, TaskReport::Kind kind, std::string message);
+  static bool Contains(const std::vector<TaskRef>& refs, const TaskRef& ref);
+
+  Options options_;
+  std::unique_ptr<ObjectFetcher> fetcher_;
+  std::unique_ptr<ContentCache> cache_;
+  std::map<Key, std::unique_ptr<Attempt>> attempts_;
+  std::vector<TaskReport> reports_;
+};
+
+}  // namespace ferry::fleet::agent_internal

@@ -1,0 +1,190 @@
+"""Stage-in of job inputs end to end: `ferry server`, two agents and a real
+S3 server (SeaweedFS) filled by rclone. Datasets are registered through the
+API with manifests of SHA-256 digests; jobs declare them as inputs, agents
+fetch them into their node cache and the tasks read them read-only under
+$FERRY_INPUTS_DIR. Counted bytes (the agent's /metrics and the jobs' `staged`
+events) prove what came from the network and what from the cache."""
+
+import hashlib
+import http.server
+import re
+import threading
+
+import pytest
+
+import harness
+import s3server
+
+pytestmark = pytest.mark.skipif(s3server.missing() is not None,
+                                reason=s3server.missing() or "")
+
+
+@pytest.fixture
+def s3(tmp_path):
+    server = s3server.SeaweedS3(tmp_path).start()
+    yield server
+    server.stop(grace=2)
+
+
+def blob(n, seed):
+    return bytes((seed + i * 7) % 251 for i in range(n))
+
+
+def manifest(objects):
+    return [{"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for path, data in sorted(objects.items())]
+
+
+def register(server, name, source, objects, expect=(201,)):
+    r = server.call("POST", "/v1/datasets", {"name": name, "source": source,
+                                              "objects": manifest(objects)})
+    assert r.status in expect, r
+    return r.json()
+
+
+def metric(port, name):
+    text = harness.request(port, "GET", "/metrics").body.decode()
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+def events(server, job_id, kind):
+    return [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
+            if e["type"] == kind]
+
+
+def submit(server, inputs, gpu_model, command, name="reader"):
+    r = server.call("POST", "/v1/jobs", {"name": name, "command": ["sh", "-c", command],
+                                         "gpus_per_task": 1, "gpu_models": [gpu_model],
+                                         "inputs": inputs, "max_retries": 0})
+    assert r.status == 201, r
+    return r.json()["id"]
+
+
+READ_TREE = ('cd "$FERRY_INPUTS_DIR" && find . -type f -o -type l | sort | xargs sha256sum && '
+             '( (echo x > train/a.bin) 2>/dev/null && echo WRITABLE || echo READONLY )')
+
+
+def test_inputs_fetched_once_then_served_from_the_node_cache(fleet, s3, tmp_path):
+    objects = {"a.bin": blob(300_000, 1), "sub/b.bin": blob(1_000_000, 2), "c.txt": b"labels\n"}
+    s3.mkbucket("lake")
+    for path, data in objects.items():
+        s3.put("lake", f"imagenet/v1/{path}", data)
+    total = sum(len(d) for d in objects.values())
+    # A second input over plain HTTP, checked by its digest.
+    vocab = b"the quick brown fox\n"
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "vocab.txt").write_bytes(vocab)
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(web))  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    server = fleet.server()
+    config = s3.storage_config(tmp_path / "storage.yaml", buckets=["lake"])
+    port_a = harness.free_port()
+    fleet.agent(server, "node-a", gpus="1xH200",
+                extra_args=["--storage-config", config, "--metrics-listen", f"127.0.0.1:{port_a}"])
+    fleet.agent(server, "node-b", gpus="1xA100", extra_args=["--storage-config", config])
+    version = register(server, "imagenet", "s3://lake/imagenet/v1/", objects)
+    assert version["version"] == 1 and version["objects"] == 3 and version["bytes"] == total
+    # The same manifest again is the same version, not a new one.
+    again = register(server, "imagenet", "s3://lake/imagenet/v1/", objects, expect=(200,))
+    assert again["version"] == 1 and again["digest"] == version["digest"]
+
+    inputs = [{"name": "train", "dataset": "imagenet"},
+              {"name": "vocab", "uri": f"http://127.0.0.1:{httpd.server_port}/vocab.txt",
+               "sha256": hashlib.sha256(vocab).hexdigest()}]
+    first = submit(server, inputs, "H200", READ_TREE)
+    job = server.wait_state(first, ["SUCCEEDED", "FAILED"], timeout=60)
+    assert job["state"] == "SUCCEEDED", (job, server.logs(first))
+    out = "".join(c["data"] for c in server.logs(first))
+    for path, data in objects.items():
+        assert f"{hashlib.sha256(data).hexdigest()}  ./train/{path}" in out, out
+    assert f"{hashlib.sha256(vocab).hexdigest()}  ./vocab/vocab.txt" in out
+    assert "READONLY" in out and "WRITABLE" not in out
+    # Reproducibility: the job names the exact version and manifest it read.
+    spec_input = job["spec"]["inputs"][0]
+    assert spec_input["version"] == 1 and spec_input["manifest_digest"] == version["digest"]
+    assert events(server, first, "staging_started")
+    staged = events(server, first, "staged")[0]["message"]
+    assert "2 inputs, 4 objects" in staged and "0 B from the node cache" in staged, staged
+
+    second = submit(server, inputs[:1], "H200", READ_TREE)
+    assert server.wait_state(second, ["SUCCEEDED", "FAILED"], timeout=60)["state"] == "SUCCEEDED"
+    staged = events(server, second, "staged")[0]["message"]
+    assert "0 B fetched" in staged, staged
+    # Counted bytes: the dataset crossed the network once.
+    dataset_and_vocab = total + len(vocab)
+    assert metric(port_a, "ferry_agent_cache_fetched_bytes_total") == dataset_and_vocab
+    assert metric(port_a, "ferry_agent_cache_hit_bytes_total") == total
+    assert metric(port_a, "ferry_agent_cache_misses_total") == 4
+    assert metric(port_a, "ferry_agent_cache_hits_total") == 3
+    assert metric(port_a, "ferry_agent_cache_pinned_bytes") == 0  # both jobs ended
+    httpd.shutdown()
+
+
+def test_a_tampered_object_fails_the_job_staging_failed(fleet, s3, tmp_path):
+    s3.mkbucket("lake")
+    objects = {"weights.bin": blob(50_000, 3)}
+    s3.put("lake", "model/weights.bin", objects["weights.bin"])
+    server = fleet.server()
+    config = s3.storage_config(tmp_path / "storage.yaml")
+    fleet.agent(server, "node-a", gpus="1xH200", extra_args=["--storage-config", config])
+    register(server, "model", "s3://lake/model/", objects)
+    # Someone replaces the object after its manifest was registered.
+    s3.put("lake", "model/weights.bin", blob(50_000, 4))
+    job_id = submit(server, [{"name": "m", "dataset": "model"}], "H200", "echo should-not-run")
+    job = server.wait_state(job_id, ["SUCCEEDED", "FAILED"], timeout=90)
+    assert job["state"] == "FAILED" and job["reason"] == "STAGING_FAILED", job
+    failure = [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
+               if e.get("reason") == "STAGING_FAILED"]
+    assert failure and "refused: its sha256 is " + hashlib.sha256(blob(50_000, 4)).hexdigest() \
+        in failure[0]["message"], failure
+    assert "ferry-test-secret-key" not in str(failure)
+    assert not any("should-not-run" in c["data"] for c in server.logs(job_id))
+    # The GPU is free again.
+    node = server.admin("GET", "/v1/nodes/node-a")
+    assert all(g.get("job_id") is None for g in node["gpus"]), node
+
+
+def test_eviction_under_a_small_quota(fleet, s3, tmp_path):
+    s3.mkbucket("lake")
+    one = {"x.bin": blob(1 << 20, 5)}
+    two = {"y.bin": blob(1 << 20, 6)}
+    s3.put("lake", "one/x.bin", one["x.bin"])
+    s3.put("lake", "two/y.bin", two["y.bin"])
+    server = fleet.server()
+    config = s3.storage_config(tmp_path / "storage.yaml")
+    port = harness.free_port()
+    fleet.agent(server, "node-a", gpus="1xH200",
+                extra_args=["--storage-config", config, "--cache-quota", "1536K",
+                            "--metrics-listen", f"127.0.0.1:{port}"])
+    register(server, "one", "s3://lake/one/", one)
+    register(server, "two", "s3://lake/two/", two)
+    for name in ("one", "two", "one"):
+        job_id = submit(server, [{"name": "d", "dataset": name}], "H200", "ls -l $FERRY_INPUTS_DIR/d")
+        job = server.wait_state(job_id, ["SUCCEEDED", "FAILED"], timeout=60)
+        assert job["state"] == "SUCCEEDED", job
+    assert metric(port, "ferry_agent_cache_evictions_total") == 2
+    assert metric(port, "ferry_agent_cache_fetched_bytes_total") == 3 << 20
+    assert metric(port, "ferry_agent_cache_bytes") == 1 << 20
+    assert metric(port, "ferry_agent_cache_quota_bytes") == 1536 << 10
+
+
+def test_a_node_without_credentials_for_the_bucket_fails_clearly(fleet, s3, tmp_path):
+    s3.mkbucket("lake")
+    objects = {"f": b"data"}
+    s3.put("lake", "d/f", objects["f"])
+    server = fleet.server()
+    # This node's endpoint serves only another tenant.
+    config = s3.storage_config(tmp_path / "storage.yaml", tenants=["someone-else"])
+    fleet.agent(server, "node-a", gpus="1xH200", extra_args=["--storage-config", config])
+    register(server, "d", "s3://lake/d/", objects)
+    job_id = submit(server, [{"name": "d", "dataset": "d"}], "H200", "true")
+    job = server.wait_state(job_id, ["SUCCEEDED", "FAILED"], timeout=90)
+    assert job["state"] == "FAILED" and job["reason"] == "STAGING_FAILED", job
+    message = [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
+               if e.get("reason") == "STAGING_FAILED"][0]["message"]
+    assert "may not read bucket lake" in message, message
