@@ -69,7 +69,7 @@ TEST(ManifestDir, HashesRegularFilesInPathOrder) {
   fs::create_directories(dir / "b" / "c");
   std::ofstream(dir / "b" / "c" / "deep.bin") << "deep";
   std::ofstream(dir / "a.txt") << "hello";
-  std::ofstream(dir / "empty");
+  { std::ofstream empty(dir / "empty"); }           // an empty file
   fs::create_symlink(dir / "a.txt", dir / "link");  // not followed, not listed
   ASSERT_OK_AND_ASSIGN(json objects, ManifestObjectsFromDir(dir.string()));
   ASSERT_EQ(objects.size(), 3u) << objects.dump();
