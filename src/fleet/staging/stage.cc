@@ -7,9 +7,11 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "ferry/fleet/staging.h"
@@ -174,12 +176,18 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
     if (failure.ok()) failure = std::move(status);
     stop = true;
   };
-  std::atomic<int> active{0};
+  int active = 0;  // workers still running, under mu
+  std::condition_variable all_done;
   auto worker = [&] {
     struct Done {
-      std::atomic<int>* active;
-      ~Done() { --*active; }
-    } done{&active};
+      std::mutex* mu;
+      int* active;
+      std::condition_variable* cv;
+      ~Done() {
+        std::lock_guard<std::mutex> lock(*mu);
+        if (--*active == 0) cv->notify_all();
+      }
+    } done{&mu, &active, &all_done};
     while (!stop.load()) {
       const size_t i = next.fetch_add(1);
       if (i >= work.size()) return;
@@ -230,14 +238,15 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
   active = threads;
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   // The caller's cancel reaches transfers in flight through `stop`.
-  while (true) {
-    if (cancel != nullptr && cancel->load()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (failure.ok()) failure = Status::Cancelled("staging cancelled");
-      stop = true;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (active > 0) {
+      if (cancel != nullptr && cancel->load()) {
+        if (failure.ok()) failure = Status::Cancelled("staging cancelled");
+        stop = true;
+      }
+      all_done.wait_for(lock, std::chrono::milliseconds(20));
     }
-    if (active.load() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (std::thread& t : pool) t.join();
   if (!failure.ok()) {
