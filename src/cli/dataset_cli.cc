@@ -180,7 +180,8 @@ int DatasetCreate(fleet::Client& client, const DatasetCreateArgs& args, bool jso
     return kExitOk;
   }
   std::cout << "dataset " << Text(version, "name") << "@" << Text(version, "version") << ": "
-            << Text(version, "objects") << " objects, "
+            << Text(version, "objects")
+            << (Text(version, "objects") == "1" ? " object, " : " objects, ")
             << FormatBytes(version.value("bytes", json())) << ", " << Text(version, "digest")
             << (response->status == 200 ? " (unchanged: same as the latest version)" : "") << "\n";
   return kExitOk;
