@@ -156,6 +156,13 @@ RunMetrics ComputeMetrics(const SimResult& result, std::string label) {
     const TraceJob& job = *outcome.job;
     TenantSum& tenant = tenants[job.tenant];
     tenant.gpu_seconds += outcome.gpu_seconds;
+    m.gpu_hours += outcome.gpu_seconds / 3600;
+    m.staging_gpu_hours += outcome.staging_gpu_s / 3600;
+    m.avg_staging_s += outcome.staging_s;
+    m.input_gb += outcome.input_gb;
+    m.cached_gb += outcome.cached_gb;
+    m.prefetched_gb += outcome.prefetched_gb;
+    m.fetched_gb += outcome.fetched_gb;
     if (outcome.first_start_s >= 0) queue.push_back(outcome.first_start_s - job.submit_s);
     switch (outcome.end) {
       case JobEnd::kCompleted: {
@@ -181,6 +188,9 @@ RunMetrics ComputeMetrics(const SimResult& result, std::string label) {
     }
   }
   m.failed = m.timed_out + m.rejected;
+  m.staging = std::string(ToString(result.staging));
+  if (result.placements > 0) m.avg_staging_s /= static_cast<double>(result.placements);
+  m.cache_hit_ratio = m.input_gb > 0 ? m.cached_gb / m.input_gb : 0;
   for (double t : jct) m.avg_jct_s += t;
   if (!jct.empty()) m.avg_jct_s /= static_cast<double>(jct.size());
   m.p99_jct_s = Percentile(jct, 99);
@@ -256,7 +266,9 @@ std::string FormatRunsCsv(const std::vector<RunMetrics>& runs) {
       "p99_queue_s,avg_slowdown,makespan_s,util_onprem,util_cloud,util_total,cost_onprem,"
       "cost_cloud,cost_total,cloud_gpu_hours,jain,jain_slowdown,tenants,preemptions,spot_"
       "interruptions,"
-      "interrupted_jobs,placements,conflicts,cycles,core_ms_avg,core_ms_max,wall_s\n";
+      "interrupted_jobs,placements,conflicts,cycles,core_ms_avg,core_ms_max,wall_s,staging,"
+      "gpu_hours,staging_gpu_hours,avg_staging_s,input_gb,cached_gb,prefetched_gb,fetched_gb,"
+      "cache_hit_ratio\n";
   for (const RunMetrics& m : runs) {
     const std::initializer_list<std::string> fields = {CsvQuote(m.label),
                                                        std::to_string(m.jobs),
@@ -289,7 +301,16 @@ std::string FormatRunsCsv(const std::vector<RunMetrics>& runs) {
                                                        std::to_string(m.cycles),
                                                        Num(m.core_ms_avg),
                                                        Num(m.core_ms_max),
-                                                       Num(m.wall_s)};
+                                                       Num(m.wall_s),
+                                                       m.staging,
+                                                       Num(m.gpu_hours),
+                                                       Num(m.staging_gpu_hours),
+                                                       Num(m.avg_staging_s),
+                                                       Num(m.input_gb),
+                                                       Num(m.cached_gb),
+                                                       Num(m.prefetched_gb),
+                                                       Num(m.fetched_gb),
+                                                       Num(m.cache_hit_ratio)};
     AppendCsvRow(fields, &out);
   }
   return out;
@@ -299,7 +320,7 @@ std::string FormatJobsCsv(const SimResult& result) {
   std::string out =
       "id,tenant,team,user,submit_s,duration_s,tasks,gpus_per_task,priority,preemptible,state,"
       "first_start_s,end_s,jct_s,queue_s,attempts,preemptions,interruptions,gpu_seconds,cost,pool,"
-      "cloud,reason\n";
+      "cloud,reason,staging_s,staging_gpu_s,input_gb,cached_gb,prefetched_gb,fetched_gb\n";
   for (const JobOutcome& o : result.jobs) {
     const TraceJob& j = *o.job;
     const bool started = o.first_start_s >= 0;
@@ -327,7 +348,13 @@ std::string FormatJobsCsv(const SimResult& result) {
         Num(o.cost),
         CsvQuote(o.pool),
         o.cloud ? "true" : "false",
-        CsvQuote(o.pending_reason)};
+        CsvQuote(o.pending_reason),
+        Num(o.staging_s),
+        Num(o.staging_gpu_s),
+        Num(o.input_gb),
+        Num(o.cached_gb),
+        Num(o.prefetched_gb),
+        Num(o.fetched_gb)};
     AppendCsvRow(fields, &out);
   }
   return out;
@@ -397,6 +424,38 @@ std::string FormatComparisonMarkdown(const std::vector<RunMetrics>& runs) {
            std::to_string(m.preemptions) + " | " + std::to_string(m.spot_interruptions) + " | " +
            std::to_string(m.completed) + " / " + std::to_string(m.failed) + " / " +
            std::to_string(m.unfinished) + " | " + speedup + " | " + cost_vs + " |\n";
+  }
+  if (std::none_of(runs.begin(), runs.end(),
+                   [](const RunMetrics& m) { return m.staging != "off"; })) {
+    return out;
+  }
+  out +=
+      "\n| run | staging | inputs | cache hits (bytes) | prefetched | fetched on GPUs | "
+      "staging GPU-h | GPU-h held | staging GPU-h saved vs start-then-fetch |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  auto group = [](const RunMetrics& m) { return m.group.empty() ? m.label : m.group; };
+  for (const RunMetrics& m : runs) {
+    const RunMetrics* baseline = nullptr;
+    for (const RunMetrics& other : runs) {
+      if (other.staging == "start-then-fetch" && group(other) == group(m)) baseline = &other;
+    }
+    std::string saved = "-";
+    if (baseline != nullptr && baseline != &m) {
+      const double hours = baseline->staging_gpu_hours - m.staging_gpu_hours;
+      saved = Fixed(hours, 1);
+      if (baseline->staging_gpu_hours > 0) {
+        saved += " (" + Fixed(100 * hours / baseline->staging_gpu_hours, 1) + "%)";
+      }
+    }
+    auto bytes = [&](double gb) {
+      if (m.input_gb <= 0) return std::string("-");
+      return Fixed(gb / 1000, 1) + " TB (" + Percent(gb / m.input_gb) + ")";
+    };
+    out += "| " + MdCell(m.label) + " | " + m.staging + " | " +
+           (m.input_gb > 0 ? Fixed(m.input_gb / 1000, 1) + " TB" : "-") + " | " +
+           bytes(m.cached_gb) + " | " + bytes(m.prefetched_gb) + " | " + bytes(m.fetched_gb) +
+           " | " + Fixed(m.staging_gpu_hours, 1) + " | " + Fixed(m.gpu_hours, 1) + " | " + saved +
+           " |\n";
   }
   return out;
 }

@@ -63,6 +63,20 @@ struct RunMetrics {
   double core_ms_max = 0;
   double wall_s = 0;                      // wall time of the simulation
   std::vector<TenantMetrics> per_tenant;  // by tenant name
+  // Staging of job inputs (SimOptions::staging; zeros when "off"), over all attempts.
+  std::string staging = "off";  // ToString(Staging)
+  // Runs that differ only by their staging share a group; the caller sets it
+  // (empty: the label). The markdown compares each run with the group's
+  // start-then-fetch run.
+  std::string group;
+  double gpu_hours = 0;          // held by jobs, all attempts
+  double staging_gpu_hours = 0;  // of which idle waiting for inputs
+  double avg_staging_s = 0;      // per attempt placed
+  double input_gb = 0;           // inputs needed, per node and attempt
+  double cached_gb = 0;          // found in the node cache
+  double prefetched_gb = 0;      // fetched while queued
+  double fetched_gb = 0;         // fetched on the GPUs' time
+  double cache_hit_ratio = 0;    // cached_gb / input_gb (bytes; 0 without inputs)
 };
 
 // Jain's fairness index (Σx)² / (n·Σx²) of non-negative values: 1 when all are
@@ -86,7 +100,9 @@ std::string FormatPoolsCsv(const SimResult& result);
 // The timeline as recorded (t, GPUs, busy GPUs, pending, running).
 std::string FormatTimelineCsv(const SimResult& result);
 // A markdown table: one row per run; the first run is the baseline for the
-// "JCT speedup" and "cost" columns.
+// "JCT speedup" and "cost" columns. When a run modelled staging, a second
+// table follows: inputs, cache hits, prefetched and fetched bytes, GPU-hours
+// idle staging and those saved against the group's start-then-fetch run.
 std::string FormatComparisonMarkdown(const std::vector<RunMetrics>& runs);
 
 // A standalone SVG: GPU utilisation (all, on-prem, cloud) and queue length over time.

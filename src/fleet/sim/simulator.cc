@@ -76,6 +76,14 @@ struct PoolState {
   int64_t created = 0;         // nodes ever created (names, domains)
 };
 
+// A data set in a node's cache, by tenant (tenants never share entries).
+struct CacheEntry {
+  double size_gb = 0;
+  double ready_s = 0;     // its download ends here (a later job on the node waits for it)
+  uint64_t last_use = 0;  // LRU order
+  int pins = 0;           // attempts on the node using it (never evicted while > 0)
+};
+
 struct SimNode {
   int pool = 0;
   bool alive = false;
@@ -83,7 +91,9 @@ struct SimNode {
   double ready_s = 0;
   int gpus = 0;
   int busy_gpus = 0;
-  std::vector<int> jobs;  // job indices with tasks here
+  std::vector<int> jobs;                    // job indices with tasks here
+  std::map<std::string, CacheEntry> cache;  // "<tenant>\n<data set>" → entry
+  double cache_used_gb = 0;
 };
 
 enum class Phase : uint8_t { kFuture, kPending, kRunning, kDone };
@@ -96,6 +106,10 @@ struct SimJob {
   double run_start_s = 0;  // and runs from here (later on a Slurm pool: its queue delay)
   bool times_out = false;  // this attempt ends by its time limit
   bool terminating = false;
+  double queued_s = 0;       // joined the pending jobs (submission or requeue)
+  double stage_start_s = 0;  // staging runs from here (after a Slurm queue delay)
+  double staging_s = 0;      // for staging_s, until its slowest node has its inputs
+  std::vector<std::pair<int64_t, std::string>> pins;  // (node, cache key) held by this attempt
 };
 
 class Engine {
@@ -123,6 +137,16 @@ class Engine {
   void RemoveNode(int64_t node_id);
   void Interrupt(int64_t node_id);
   void Record();
+  // Fetches what node `id` lacks of the job's inputs from `start` on (the
+  // policy's part hidden by the queue wait already done); returns when the
+  // node has them all.
+  double StageOnNode(int job, int64_t id, double start);
+  // Makes room for `gb` in the node's cache by evicting unpinned entries, least
+  // recently used first; false when it cannot.
+  bool MakeRoom(SimNode& host, double gb);
+  void Unpin(int job);
+  // Adds the part of the current attempt's staging before `until` to the job's idle time.
+  void ChargeStaging(int job, double until);
   sched::PendingJob MakePending(int job) const;
   // Adds [share_t_, now) to the tenants' held, demanded and entitled GPU-seconds.
   void AccumulateShares(double until);
@@ -170,7 +194,9 @@ class Engine {
   std::vector<int> tenant_of_;                        // job → index in result_.tenants
   std::vector<int64_t> tenant_demand_, tenant_held_;  // GPUs now
   double share_t_ = 0;
-  std::vector<int> fill_order_;  // scratch for AccumulateShares
+  std::vector<int> fill_order_;                         // scratch for AccumulateShares
+  std::unordered_map<std::string, double> dataset_gb_;  // config data set sizes
+  uint64_t cache_uses_ = 0;
 
   SimResult result_;
 };
@@ -179,6 +205,10 @@ Result<SimResult> Engine::Run() {
   const auto wall_start = Clock::now();
   const size_t n = trace_.size();
   result_.jobs.resize(n);
+  result_.staging = options_.staging.policy;
+  for (const sched::DatasetConfig& dataset : config_.datasets) {
+    dataset_gb_[dataset.name] = std::max(0.0, dataset.size_gb);
+  }
   jobs_.resize(n);
   pending_slot_.assign(n, -1);
   running_slot_.assign(n, -1);
@@ -344,12 +374,14 @@ Result<SimResult> Engine::Run() {
         for (const TaskPlacement& task :
              snapshot_.running[static_cast<size_t>(running_slot_[j])].tasks) {
           const SimNode& host = node(task.node_id);
-          const double held = (end - jobs_[j].placed_s) * task.gpu_indices.size();
+          const double held =
+              (end - jobs_[j].placed_s) * static_cast<double>(task.gpu_indices.size());
           outcome.gpu_seconds += held;
           outcome.cost +=
               held * pools_[static_cast<size_t>(host.pool)].config->price_per_gpu_hour / 3600.0;
           result_.pools[static_cast<size_t>(host.pool)].busy_gpu_s += held;
         }
+        ChargeStaging(static_cast<int>(j), end);
         outcome.pending_reason = "RUNNING";
       } else if (auto it = reasons.find(static_cast<int64_t>(j) + 1); it != reasons.end()) {
         outcome.pending_reason = it->second->reason;
@@ -409,6 +441,7 @@ void Engine::Arrive(int job) {
     return;
   }
   jobs_[static_cast<size_t>(job)].phase = Phase::kPending;
+  jobs_[static_cast<size_t>(job)].queued_s = now_;
   pending_slot_[static_cast<size_t>(job)] = static_cast<int>(snapshot_.pending.size());
   snapshot_.pending.push_back(std::move(pending));
   tenant_demand_[static_cast<size_t>(tenant_of_[static_cast<size_t>(job)])] += Gpus(job);
@@ -427,6 +460,7 @@ void Engine::Requeue(int job, bool interrupted) {
   state.attempt += 1;
   state.phase = Phase::kPending;
   state.terminating = false;
+  state.queued_s = now_;
   if (interrupted) ++result_.jobs[static_cast<size_t>(job)].interruptions;
   pending_slot_[static_cast<size_t>(job)] = static_cast<int>(snapshot_.pending.size());
   snapshot_.pending.push_back(MakePending(job));
@@ -516,6 +550,8 @@ void Engine::RemoveNode(int64_t id) {
     onprem_busy_ -= host.busy_gpus;
   }
   host.alive = false;
+  host.cache.clear();  // the node's disk goes with it
+  host.cache_used_gb = 0;
 
   const size_t slot = static_cast<size_t>(node_slot_[static_cast<size_t>(id - 1)]);
   node_by_name_.erase(snapshot_.nodes[slot].name);
@@ -608,6 +644,21 @@ void Engine::ApplyPlacement(const Placement& placement) {
   }
   const double limit = t.max_runtime_s;
 
+  // Staging: every node of the gang fetches what it lacks; the gang runs when the slowest is done.
+  const Staging staging = options_.staging.policy;
+  const double stage_start = now_ + queue_delay;
+  double staged = stage_start;
+  if (staging != Staging::kOff) {
+    std::vector<int64_t> hosts = ids;
+    std::sort(hosts.begin(), hosts.end());
+    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+    for (const int64_t id : hosts) staged = std::max(staged, StageOnNode(job, id, stage_start));
+  }
+  const double staging_s = staged - stage_start;
+  // A job that downloads its own inputs spends its time limit on them; the agent
+  // stages before the job's clock starts.
+  const double limited_staging_s = staging == Staging::kStartThenFetch ? staging_s : 0;
+
   // Take it.
   sched::RunningJob running;
   running.job_id = job_id;
@@ -619,7 +670,7 @@ void Engine::ApplyPlacement(const Placement& placement) {
   running.preemptible = t.preemptible;
   running.started_s = now_;
   // The core plans with started_s + max_runtime_s: the hold lasts the queue delay longer.
-  running.max_runtime_s = limit > 0 ? limit + queue_delay : 0;
+  running.max_runtime_s = limit > 0 ? limit + queue_delay + (staging_s - limited_staging_s) : 0;
   running.cpus_per_task = t.cpus_per_task;
   running.memory_mb_per_task = t.memory_mb_per_task;
   running.tasks.reserve(placement.tasks.size());
@@ -677,10 +728,13 @@ void Engine::ApplyPlacement(const Placement& placement) {
 
   state.phase = Phase::kRunning;
   state.placed_s = now_;
-  state.run_start_s = run_start;
+  state.stage_start_s = stage_start;
+  state.staging_s = staging_s;
+  state.run_start_s = staged;  // work starts once the inputs are there
   state.terminating = false;
-  state.times_out = limit > 0 && state.remaining_s > limit;
-  Push(run_start + (state.times_out ? limit : state.remaining_s), EventKind::kEnd, job,
+  state.times_out = limit > 0 && limited_staging_s + state.remaining_s > limit;
+  const double limit_start = staging == Staging::kStartThenFetch ? stage_start : staged;
+  Push(state.times_out ? limit_start + limit : staged + state.remaining_s, EventKind::kEnd, job,
        state.attempt);
 }
 
@@ -690,6 +744,8 @@ void Engine::Release(int job, int64_t lost_node) {
   JobOutcome& outcome = result_.jobs[static_cast<size_t>(job)];
   const double held_s = now_ - state.placed_s;
   const TraceJob& t = trace_[static_cast<size_t>(job)];
+  ChargeStaging(job, now_);
+  Unpin(job);
   for (const TaskPlacement& task : snapshot_.running[slot].tasks) {
     SimNode& host = node(task.node_id);
     const int gpus = static_cast<int>(task.gpu_indices.size());
@@ -802,6 +858,100 @@ void Engine::RunCycle() {
   last_reasons_ = std::move(decision.pending);
 }
 
+double Engine::StageOnNode(int job, int64_t id, double start) {
+  const TraceJob& t = trace_[static_cast<size_t>(job)];
+  SimJob& state = jobs_[static_cast<size_t>(job)];
+  JobOutcome& outcome = result_.jobs[static_cast<size_t>(job)];
+  SimNode& host = node(id);
+  const StagingOptions& staging = options_.staging;
+  const double gb_per_s = staging.gbps / 8;
+  const bool cached = staging.policy != Staging::kStartThenFetch;
+  double ready = start;  // also waits for entries another job is still fetching
+  double missing_gb = 0;
+  std::vector<std::pair<std::string, double>> fetch;  // (cache key, GB) in fetch order
+  std::vector<std::string_view> seen;
+  for (const std::string& name : t.datasets) {
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+    seen.emplace_back(name);
+    auto size = dataset_gb_.find(name);
+    if (size == dataset_gb_.end() || size->second <= 0) continue;
+    const double gb = size->second;
+    outcome.input_gb += gb;
+    std::string key = t.tenant + "\n" + name;
+    if (cached) {
+      auto entry = host.cache.find(key);
+      if (entry != host.cache.end()) {
+        entry->second.last_use = ++cache_uses_;
+        ++entry->second.pins;
+        state.pins.emplace_back(id, std::move(key));
+        outcome.cached_gb += gb;
+        ready = std::max(ready, entry->second.ready_s);
+        continue;
+      }
+    }
+    missing_gb += gb;
+    fetch.emplace_back(std::move(key), gb);
+  }
+  // Prefetch: the node fetched at full bandwidth since the job was queued (or
+  // since the node came up, if later).
+  double hidden_gb = 0;
+  if (staging.policy == Staging::kPrefetch) {
+    const double window_s = std::max(0.0, start - std::max(state.queued_s, host.ready_s));
+    hidden_gb = std::min(missing_gb, window_s * gb_per_s);
+  }
+  outcome.prefetched_gb += hidden_gb;
+  outcome.fetched_gb += missing_gb - hidden_gb;
+  // Missing data sets arrive one after the other; each is kept if the cache has room.
+  double fetched_gb = 0;
+  for (auto& [key, gb] : fetch) {
+    fetched_gb += gb;
+    const double done = start + std::max(0.0, fetched_gb - hidden_gb) / gb_per_s;
+    if (cached && MakeRoom(host, gb)) {
+      host.cache[key] = CacheEntry{gb, done, ++cache_uses_, 1};
+      host.cache_used_gb += gb;
+      state.pins.emplace_back(id, std::move(key));
+    }
+  }
+  return std::max(ready, start + (missing_gb - hidden_gb) / gb_per_s);
+}
+
+bool Engine::MakeRoom(SimNode& host, double gb) {
+  const double capacity = options_.staging.cache_gb;
+  if (gb > capacity) return false;
+  while (host.cache_used_gb + gb > capacity + 1e-9) {
+    auto victim = host.cache.end();
+    for (auto it = host.cache.begin(); it != host.cache.end(); ++it) {
+      if (it->second.pins == 0 &&
+          (victim == host.cache.end() || it->second.last_use < victim->second.last_use)) {
+        victim = it;
+      }
+    }
+    if (victim == host.cache.end()) return false;
+    host.cache_used_gb -= victim->second.size_gb;
+    host.cache.erase(victim);
+  }
+  return true;
+}
+
+void Engine::Unpin(int job) {
+  SimJob& state = jobs_[static_cast<size_t>(job)];
+  for (const auto& [id, key] : state.pins) {
+    SimNode& host = node(id);
+    if (!host.alive) continue;
+    auto entry = host.cache.find(key);
+    if (entry != host.cache.end() && entry->second.pins > 0) --entry->second.pins;
+  }
+  state.pins.clear();
+}
+
+void Engine::ChargeStaging(int job, double until) {
+  const SimJob& state = jobs_[static_cast<size_t>(job)];
+  const double idle_s = std::clamp(until - state.stage_start_s, 0.0, state.staging_s);
+  JobOutcome& outcome = result_.jobs[static_cast<size_t>(job)];
+  outcome.staging_s += idle_s;
+  outcome.staging_gpu_s += idle_s * Gpus(job);
+}
+
 // Nothing can change any more: nothing runs, arrives, ends or is coming up,
 // and the last cycle did nothing (so pending jobs can never be placed).
 bool Engine::Stalled() const {
@@ -880,6 +1030,28 @@ void Engine::Record() {
 
 }  // namespace
 
+std::string_view ToString(Staging staging) {
+  switch (staging) {
+    case Staging::kOff:
+      return "off";
+    case Staging::kStartThenFetch:
+      return "start-then-fetch";
+    case Staging::kStageOnAdmit:
+      return "stage-on-admit";
+    case Staging::kPrefetch:
+      return "prefetch";
+  }
+  return "off";
+}
+
+std::optional<Staging> ParseStaging(std::string_view text) {
+  for (Staging staging :
+       {Staging::kOff, Staging::kStartThenFetch, Staging::kStageOnAdmit, Staging::kPrefetch}) {
+    if (text == ToString(staging)) return staging;
+  }
+  return std::nullopt;
+}
+
 Result<SimResult> Simulate(const sched::Config& config, const std::vector<TraceJob>& trace,
                            const SimOptions& options) {
   if (!(options.cycle_s >= 0) || !std::isfinite(options.cycle_s)) {
@@ -889,6 +1061,12 @@ Result<SimResult> Simulate(const sched::Config& config, const std::vector<TraceJ
     return Status::Invalid("cycle_s: must be > 0 for periodic cycles");
   }
   if (!(options.max_time_s >= 0)) return Status::Invalid("max_time_s: must be >= 0");
+  if (!(options.staging.gbps > 0) || !std::isfinite(options.staging.gbps)) {
+    return Status::Invalid("staging.gbps: must be a finite number > 0");
+  }
+  if (!(options.staging.cache_gb >= 0) || !std::isfinite(options.staging.cache_gb)) {
+    return Status::Invalid("staging.cache_gb: must be a finite number >= 0");
+  }
   for (size_t j = 0; j < trace.size(); ++j) {
     Status status = ValidateJob(trace[j]);
     if (!status.ok()) {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/base/status.h"
@@ -26,6 +28,27 @@ enum class CycleMode {
   kPeriodic,
 };
 
+// How a job's inputs reach the nodes it is placed on. A job's inputs are its
+// data sets, each as large as the config's `datasets[].size_gb` (unlisted: 0).
+enum class Staging : uint8_t {
+  kOff,             // inputs cost nothing (no staging modelled)
+  kStartThenFetch,  // the job holds its GPUs and its clock runs while it downloads
+                    // every input itself, on every attempt (no node cache)
+  kStageOnAdmit,    // the agent fetches what the node cache lacks once the job is
+                    // placed, then starts it (Ferry's agents today)
+  kPrefetch,        // as kStageOnAdmit, but the fetch onto the job's nodes began when the
+                    // job was queued: only what the wait could not hide is left at placement
+};
+// "off", "start-then-fetch", "stage-on-admit", "prefetch".
+std::string_view ToString(Staging staging);
+std::optional<Staging> ParseStaging(std::string_view text);
+
+struct StagingOptions {
+  Staging policy = Staging::kOff;
+  double gbps = 10;        // fetch bandwidth of one node, Gbit/s (> 0)
+  double cache_gb = 2000;  // node cache capacity, GB (10^9 bytes); 0: nothing is kept
+};
+
 struct SimOptions {
   double cycle_s = 5;  // >= 0; 0 with kOnChange: a cycle at every instant something changed
   CycleMode cycle_mode = CycleMode::kOnChange;
@@ -34,6 +57,7 @@ struct SimOptions {
   bool checkpoint = false;
   uint64_t seed = 1;      // spot interruptions
   double max_time_s = 0;  // stop the run at this simulated time (0: when no work remains)
+  StagingOptions staging;
 };
 
 // How a job ended up.
@@ -62,6 +86,14 @@ struct JobOutcome {
   // Start times count from when an attempt really runs: on a Slurm pool's
   // nodes, queue_delay_s after its placement (its GPUs are held from the placement).
   double last_placed_s = -1;  // placement of the last attempt (-1: never placed)
+  // Staging, summed over attempts (all 0 with Staging::kOff). A gang's attempt stages
+  // until its slowest node is done; its GPUs idle meanwhile.
+  double staging_s = 0;      // seconds attempts held their GPUs waiting for inputs
+  double staging_gpu_s = 0;  // GPU-seconds idle while staging
+  double input_gb = 0;       // inputs needed, per node and attempt
+  double cached_gb = 0;      // of which already in the node cache at placement
+  double prefetched_gb = 0;  // fetched while the job was queued (hidden by the wait)
+  double fetched_gb = 0;     // fetched after placement, on the GPUs' time
 };
 
 // The cluster's state after the events of one instant.
@@ -105,6 +137,7 @@ struct TenantShare {
 };
 
 struct SimResult {
+  Staging staging = Staging::kOff;   // the model the run used
   std::vector<JobOutcome> jobs;      // in trace order
   std::vector<TenantShare> tenants;  // by name
   std::vector<TimePoint> timeline;   // one point per instant at which the state changed

@@ -507,5 +507,189 @@ TEST(Simulator, RefusesBadInput) {
   EXPECT_DOUBLE_EQ(empty.end_s, 0);
 }
 
+// ---- Staging of job inputs. Data sets a = 100 GB, b = 50 GB; 8 Gbit/s per
+// node = 1 GB/s, so a takes 100 s to fetch and b 50 s.
+
+TraceJob WithData(TraceJob job, std::vector<std::string> datasets) {
+  job.datasets = std::move(datasets);
+  return job;
+}
+
+sched::Config StagingCluster(int nodes, int gpus) {
+  sched::Config config;
+  config.pools = {OnPrem("rack", nodes, gpus, 1.0)};
+  config.datasets = {{"a", 100}, {"b", 50}};
+  return config;
+}
+
+SimOptions WithStaging(Staging policy, double cache_gb = 2000) {
+  SimOptions options = Instant();
+  options.staging.policy = policy;
+  options.staging.gbps = 8;
+  options.staging.cache_gb = cache_gb;
+  return options;
+}
+
+TEST(SimulatorStaging, ParseAndPrint) {
+  for (Staging s :
+       {Staging::kOff, Staging::kStartThenFetch, Staging::kStageOnAdmit, Staging::kPrefetch}) {
+    EXPECT_EQ(ParseStaging(ToString(s)), s);
+  }
+  EXPECT_FALSE(ParseStaging("eager"));
+  SimOptions bad = WithStaging(Staging::kPrefetch);
+  bad.staging.gbps = 0;
+  EXPECT_FALSE(Simulate(StagingCluster(1, 2), {Job("j", 0, 1, 1, 1)}, bad).ok());
+}
+
+// One node, 2 GPUs; j1 and j2 both read a and each need the whole node:
+//   stage-on-admit: j1 placed 0, fetches a [0, 100], runs [100, 200]; j2 placed
+//     200, a is cached: runs [200, 250]. Idle staging: 100 s × 2 GPUs = 200 GPU-s.
+//   start-then-fetch: no cache: j1 [0, 200], j2 fetches again [200, 300], runs
+//     [300, 350]. Idle: 2 × 100 s × 2 GPUs = 400 GPU-s.
+TEST(SimulatorStaging, SharedDataSetIsFetchedOnceWithTheCache) {
+  const sched::Config config = StagingCluster(1, 2);
+  const std::vector<TraceJob> trace = {WithData(Job("j1", 0, 100, 1, 2), {"a"}),
+                                       WithData(Job("j2", 0, 50, 1, 2), {"a"})};
+  ASSERT_OK_AND_ASSIGN(SimResult admit,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit)));
+  EXPECT_EQ(admit.staging, Staging::kStageOnAdmit);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].first_start_s, 0);  // start = GPUs handed over
+  EXPECT_DOUBLE_EQ(admit.jobs[0].end_s, 200);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].staging_s, 100);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].staging_gpu_s, 200);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].fetched_gb, 100);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].gpu_seconds, 400);  // (100 staging + 100 run) × 2
+  EXPECT_DOUBLE_EQ(admit.jobs[1].first_start_s, 200);
+  EXPECT_DOUBLE_EQ(admit.jobs[1].end_s, 250);
+  EXPECT_DOUBLE_EQ(admit.jobs[1].staging_s, 0);
+  EXPECT_DOUBLE_EQ(admit.jobs[1].cached_gb, 100);
+  RunMetrics m = ComputeMetrics(admit, "admit");
+  EXPECT_EQ(m.staging, "stage-on-admit");
+  EXPECT_DOUBLE_EQ(m.input_gb, 200);
+  EXPECT_DOUBLE_EQ(m.cache_hit_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(m.staging_gpu_hours, 200.0 / 3600);
+  EXPECT_DOUBLE_EQ(m.avg_staging_s, 50);  // (100 + 0) / 2 attempts
+
+  ASSERT_OK_AND_ASSIGN(SimResult fetch,
+                       Simulate(config, trace, WithStaging(Staging::kStartThenFetch)));
+  EXPECT_DOUBLE_EQ(fetch.jobs[0].end_s, 200);
+  EXPECT_DOUBLE_EQ(fetch.jobs[1].first_start_s, 200);
+  EXPECT_DOUBLE_EQ(fetch.jobs[1].end_s, 350);
+  EXPECT_DOUBLE_EQ(fetch.jobs[1].staging_s, 100);
+  EXPECT_DOUBLE_EQ(fetch.jobs[1].cached_gb, 0);
+  RunMetrics f = ComputeMetrics(fetch, "fetch");
+  EXPECT_DOUBLE_EQ(f.staging_gpu_hours, 400.0 / 3600);
+  EXPECT_DOUBLE_EQ(f.cache_hit_ratio, 0);
+
+  // Without staging the same trace ends at 100 and 150, as before.
+  ASSERT_OK_AND_ASSIGN(SimResult off, Simulate(config, trace, Instant()));
+  EXPECT_DOUBLE_EQ(off.jobs[1].end_s, 150);
+  EXPECT_DOUBLE_EQ(off.jobs[1].input_gb, 0);
+}
+
+// One node, 2 GPUs. j1 (60 s, no inputs) holds it from 0; j2 (a, 50 s) waits
+// 60 s, j3 (b, 10 s) waits for j2.
+//   stage-on-admit: j2 placed 60, fetches a [60, 160], runs [160, 210]; j3
+//     placed 210, fetches b [210, 260], runs [260, 270].
+//   prefetch: j2's 60 s wait hides min(60, 100) = 60 s (60 GB): it fetches the
+//     other 40 GB [60, 100], runs [100, 150]. j3 waited 150 s >= 50 s: b is
+//     there, it runs [150, 160]. Saved: (60 + 50) s × 2 GPUs = 220 GPU-s.
+TEST(SimulatorStaging, PrefetchHidesTheQueueWait) {
+  const sched::Config config = StagingCluster(1, 2);
+  const std::vector<TraceJob> trace = {Job("j1", 0, 60, 1, 2),
+                                       WithData(Job("j2", 0, 50, 1, 2), {"a"}),
+                                       WithData(Job("j3", 0, 10, 1, 2), {"b"})};
+  ASSERT_OK_AND_ASSIGN(SimResult admit,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit)));
+  EXPECT_DOUBLE_EQ(admit.jobs[1].end_s, 210);
+  EXPECT_DOUBLE_EQ(admit.jobs[2].first_start_s, 210);
+  EXPECT_DOUBLE_EQ(admit.jobs[2].end_s, 270);
+
+  ASSERT_OK_AND_ASSIGN(SimResult pre, Simulate(config, trace, WithStaging(Staging::kPrefetch)));
+  EXPECT_DOUBLE_EQ(pre.jobs[1].first_start_s, 60);
+  EXPECT_DOUBLE_EQ(pre.jobs[1].staging_s, 40);
+  EXPECT_DOUBLE_EQ(pre.jobs[1].prefetched_gb, 60);
+  EXPECT_DOUBLE_EQ(pre.jobs[1].fetched_gb, 40);
+  EXPECT_DOUBLE_EQ(pre.jobs[1].end_s, 150);
+  EXPECT_DOUBLE_EQ(pre.jobs[2].first_start_s, 150);
+  EXPECT_DOUBLE_EQ(pre.jobs[2].staging_s, 0);
+  EXPECT_DOUBLE_EQ(pre.jobs[2].prefetched_gb, 50);
+  EXPECT_DOUBLE_EQ(pre.jobs[2].end_s, 160);
+  const RunMetrics a = ComputeMetrics(admit, "admit");
+  const RunMetrics p = ComputeMetrics(pre, "prefetch");
+  EXPECT_DOUBLE_EQ((a.staging_gpu_hours - p.staging_gpu_hours) * 3600, 220);
+  EXPECT_DOUBLE_EQ(p.prefetched_gb, 110);
+  EXPECT_DOUBLE_EQ(p.fetched_gb, 40);
+}
+
+// Two nodes of 1 GPU. j0 (a, 10 s) and j0' (b, 70 s) take one node each:
+// node X fetches a [0, 100] and runs j0 to 110; node Y fetches b [0, 50] and
+// runs j0' to 120. The gang g (2 × 1 GPU, a and b) is placed at 120: X lacks
+// b (50 s), Y lacks a (100 s); the gang starts when Y is done, at 220, and
+// ends at 250. Both GPUs idle 100 s: 200 GPU-s.
+TEST(SimulatorStaging, GangWaitsForItsSlowestNode) {
+  const sched::Config config = StagingCluster(2, 1);
+  const std::vector<TraceJob> trace = {WithData(Job("j0", 0, 10, 1, 1), {"a"}),
+                                       WithData(Job("j0'", 0, 70, 1, 1), {"b"}),
+                                       WithData(Job("g", 0, 30, 2, 1), {"a", "b"})};
+  ASSERT_OK_AND_ASSIGN(SimResult result,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit)));
+  EXPECT_DOUBLE_EQ(result.jobs[0].end_s, 110);
+  EXPECT_DOUBLE_EQ(result.jobs[1].end_s, 120);
+  const JobOutcome& gang = result.jobs[2];
+  EXPECT_DOUBLE_EQ(gang.first_start_s, 120);
+  EXPECT_DOUBLE_EQ(gang.staging_s, 100);
+  EXPECT_DOUBLE_EQ(gang.staging_gpu_s, 200);
+  EXPECT_DOUBLE_EQ(gang.end_s, 250);
+  EXPECT_DOUBLE_EQ(gang.input_gb, 300);  // a and b on each of the two nodes
+  EXPECT_DOUBLE_EQ(gang.cached_gb, 150);
+  EXPECT_DOUBLE_EQ(gang.fetched_gb, 150);
+}
+
+// One node, 1 GPU; j1 (a), j2 (b), j3 (a), 10 s each, all at 0.
+//   cache 200 GB: j1 fetches a [0, 100] → 110; j2 fetches b [110, 160] → 170;
+//     j3 finds a: [170, 180].
+//   cache 120 GB: a (100) + b (50) do not fit: j2 evicts a; j3 fetches a
+//     again [170, 270] (evicting b) → 280.
+TEST(SimulatorStaging, CacheCapacityForcesRestaging) {
+  const sched::Config config = StagingCluster(1, 1);
+  const std::vector<TraceJob> trace = {WithData(Job("j1", 0, 10, 1, 1), {"a"}),
+                                       WithData(Job("j2", 0, 10, 1, 1), {"b"}),
+                                       WithData(Job("j3", 0, 10, 1, 1), {"a"})};
+  ASSERT_OK_AND_ASSIGN(SimResult big,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit, 200)));
+  EXPECT_DOUBLE_EQ(big.jobs[1].end_s, 170);
+  EXPECT_DOUBLE_EQ(big.jobs[2].cached_gb, 100);
+  EXPECT_DOUBLE_EQ(big.jobs[2].end_s, 180);
+  ASSERT_OK_AND_ASSIGN(SimResult small,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit, 120)));
+  EXPECT_DOUBLE_EQ(small.jobs[1].end_s, 170);
+  EXPECT_DOUBLE_EQ(small.jobs[2].cached_gb, 0);
+  EXPECT_DOUBLE_EQ(small.jobs[2].staging_s, 100);
+  EXPECT_DOUBLE_EQ(small.jobs[2].end_s, 280);
+  // A cache of 0 keeps nothing: like start-then-fetch, but the time limit is the job's own.
+  ASSERT_OK_AND_ASSIGN(SimResult none,
+                       Simulate(config, trace, WithStaging(Staging::kStageOnAdmit, 0)));
+  EXPECT_DOUBLE_EQ(none.jobs[2].end_s, 280);
+}
+
+// A job that downloads its own inputs spends its time limit on them: j (b,
+// 100 s, max_runtime_s 120) times out at 120 under start-then-fetch (50 s
+// fetching + 70 s of work); staged by the agent it runs [50, 150] and completes.
+TEST(SimulatorStaging, StartThenFetchSpendsTheTimeLimit) {
+  const sched::Config config = StagingCluster(1, 1);
+  TraceJob job = WithData(Job("j", 0, 100, 1, 1), {"b"});
+  job.max_runtime_s = 120;
+  ASSERT_OK_AND_ASSIGN(SimResult fetch,
+                       Simulate(config, {job}, WithStaging(Staging::kStartThenFetch)));
+  EXPECT_EQ(fetch.jobs[0].end, JobEnd::kTimedOut);
+  EXPECT_DOUBLE_EQ(fetch.jobs[0].end_s, 120);
+  EXPECT_DOUBLE_EQ(fetch.jobs[0].staging_s, 50);
+  ASSERT_OK_AND_ASSIGN(SimResult admit,
+                       Simulate(config, {job}, WithStaging(Staging::kStageOnAdmit)));
+  EXPECT_EQ(admit.jobs[0].end, JobEnd::kCompleted);
+  EXPECT_DOUBLE_EQ(admit.jobs[0].end_s, 150);
+}
+
 }  // namespace
 }  // namespace ferry::fleet::sim

@@ -191,7 +191,7 @@ Result<SyntheticOptions> ParseYaml(std::string_view text, const yaml::Reporter& 
       r.CheckKeys(root, "",
                   {"arrival_rate_per_s", "jobs", "tenants", "users_per_team", "gang_sizes",
                    "gpus_per_task", "duration", "priorities", "preemptible_fraction", "gpu_model",
-                   "cpus_per_gpu", "memory_mb_per_gpu", "seed", "runtime_limit"}));
+                   "cpus_per_gpu", "memory_mb_per_gpu", "seed", "runtime_limit", "datasets"}));
   auto find = [](const Ref& map, std::string_view key) { return ConfigReader::Find(map, key); };
   if (auto n = find(root, "arrival_rate_per_s")) {
     FERRY_RETURN_NOT_OK(r.Scalar(*n, "arrival_rate_per_s", &o.arrival_rate_per_s, "a number"));
@@ -236,6 +236,24 @@ Result<SyntheticOptions> ParseYaml(std::string_view text, const yaml::Reporter& 
     }
     if (auto m = find(*n, "max_s")) {
       FERRY_RETURN_NOT_OK(r.Scalar(*m, "duration.max_s", &o.duration_max_s, "a number"));
+    }
+  }
+  if (auto n = find(root, "datasets")) {
+    if (n->node->kind != Node::Kind::kSequence) return r.Bad(*n, "datasets", "expected a list");
+    for (size_t i = 0; i < n->node->items.size(); ++i) {
+      const Ref& item = n->node->items[i];
+      const std::string at = "datasets[" + std::to_string(i) + "]";
+      if (item.node->kind != Node::Kind::kMapping) return r.Bad(item, at, "expected a map");
+      FERRY_RETURN_NOT_OK(r.CheckKeys(item, at, {"name", "probability"}));
+      const std::optional<Ref> name = find(item, "name");
+      const std::optional<Ref> probability = find(item, "probability");
+      if (!name) return r.Bad(item, at + ".name", "missing");
+      if (!probability) return r.Bad(item, at + ".probability", "missing");
+      DatasetChoice choice;
+      FERRY_RETURN_NOT_OK(r.Scalar(*name, at + ".name", &choice.name, "a string"));
+      FERRY_RETURN_NOT_OK(
+          r.Scalar(*probability, at + ".probability", &choice.probability, "a number"));
+      o.datasets.push_back(std::move(choice));
     }
   }
   if (auto n = find(root, "runtime_limit")) {
@@ -357,6 +375,22 @@ Status ValidateSyntheticOptions(const SyntheticOptions& o) {
   if (!o.runtime_limit_steps_s.empty() && o.runtime_limit_factor == 0) {
     return Status::Invalid("runtime_limit.round_up_to: needs a factor (>= 1)");
   }
+  if (!o.datasets.empty()) {
+    double sum = 0;
+    for (const DatasetChoice& d : o.datasets) {
+      TraceJob probe;  // the trace format's rules for data set names
+      probe.id = "probe";
+      probe.tenant = "probe";
+      probe.datasets = {d.name};
+      Status name_ok = ValidateJob(probe);
+      if (!name_ok.ok()) return Status::Invalid("datasets: " + name_ok.message());
+      if (!(d.probability > 0) || !std::isfinite(d.probability)) {
+        return Status::Invalid("datasets: probabilities must be > 0");
+      }
+      sum += d.probability;
+    }
+    if (std::abs(sum - 1) > 1e-6) return Status::Invalid("datasets: probabilities must sum to 1");
+  }
   return Status::OK();
 }
 
@@ -370,6 +404,7 @@ Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
   double total_weight = 0;
   for (const auto& t : o.tenants) total_weight += t.weight;
   Rng rng(o.seed);
+  Rng dataset_rng(o.seed ^ 0xD1B54A32D192ED03ULL);  // its own stream (SyntheticOptions::datasets)
   double now = 0;
   jobs.reserve(static_cast<size_t>(o.jobs));
   for (int i = 0; i < o.jobs; ++i) {
@@ -412,6 +447,19 @@ Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
         if (step >= want) limit = std::min(limit, step);
       }
       job.max_runtime_s = std::isfinite(limit) ? limit : want;
+    }
+    if (!o.datasets.empty()) {
+      const double u = dataset_rng.Uniform();
+      double acc = 0;
+      const DatasetChoice* pick = &o.datasets.back();
+      for (const DatasetChoice& d : o.datasets) {
+        acc += d.probability;
+        if (u < acc) {
+          pick = &d;
+          break;
+        }
+      }
+      job.datasets = {pick->name};
     }
     jobs.push_back(std::move(job));
   }

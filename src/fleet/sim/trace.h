@@ -96,6 +96,12 @@ struct Choice {
   double probability = 1;
 };
 
+// A data set a synthetic job reads, with the probability that a job reads it.
+struct DatasetChoice {
+  std::string name;
+  double probability = 1;
+};
+
 struct SyntheticOptions {
   double arrival_rate_per_s = 1;  // Poisson arrivals
   int jobs = 1000;
@@ -120,6 +126,10 @@ struct SyntheticOptions {
   // so the rest of the trace is the same with or without it.
   double runtime_limit_factor = 0;
   std::vector<double> runtime_limit_steps_s;
+  // Each job reads one of these data sets (empty: none; the probabilities sum
+  // to 1). Drawn from a stream of their own, so the rest of the trace is the
+  // same with or without them.
+  std::vector<DatasetChoice> datasets;
 };
 
 // Slurm-style rounded limits: 1 h, 2 h, 4 h, 8 h, 24 h, 72 h, 7 days.
