@@ -982,6 +982,16 @@ int FleetCommands::State::JobStatus(Client& client, int64_t id) {
   }
   std::cout << "tasks      " << Field(spec, "tasks") << " x " << Field(spec, "gpus_per_task")
             << " GPU, priority " << Field(spec, "priority") << "\n";
+  // What it reads, as resolved at submission (dataset inputs name their version).
+  for (const auto& input : spec.value("inputs", json::array())) {
+    const bool dataset = input.contains("dataset");
+    std::cout << "input      " << Field(input, "name") << ": "
+              << (dataset ? Field(input, "dataset") + "@" + Field(input, "version")
+                          : Field(input, "uri"))
+              << " (" << Field(input, "objects")
+              << (Field(input, "objects") == "1" ? " object, " : " objects, ")
+              << Field(input, "bytes") << " bytes)\n";
+  }
   std::cout << "created    " << Field(job, "created_at") << "\n";
   std::cout << "started    " << Field(job, "started_at") << "\n";
   std::cout << "finished   " << Field(job, "finished_at") << "\n";
