@@ -124,6 +124,9 @@ struct SimCommand::Args {
   int64_t max_jobs = 0;
   std::string gpu_model;
   bool quiet = false;
+  std::vector<std::string> staging;
+  double staging_gbps = 10;
+  double staging_cache_gb = 2000;
 };
 
 SimCommand::SimCommand(CLI::App& app) : args_(std::make_unique<Args>()) {
@@ -160,6 +163,19 @@ SimCommand::SimCommand(CLI::App& app) : args_(std::make_unique<Args>()) {
       ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
   command_->add_option("--gpu-model", a.gpu_model, "Philly/Helios: GPU model of every job");
   command_->add_flag("--quiet", a.quiet, "Print only the comparison table");
+  command_
+      ->add_option("--staging", a.staging,
+                   "Model fetching job inputs, comma-separated to compare: start-then-fetch, "
+                   "stage-on-admit, prefetch, off (default: off)")
+      ->delimiter(',');
+  command_
+      ->add_option("--staging-gbps", a.staging_gbps,
+                   "Fetch bandwidth of one node in Gbit/s (default 10)")
+      ->check(CLI::Range(1e-6, 1e6));
+  command_
+      ->add_option("--staging-cache-gb", a.staging_cache_gb,
+                   "Node cache capacity in GB (default 2000; 0: nothing kept)")
+      ->check(CLI::Range(0.0, 1e9));
 }
 
 SimCommand::~SimCommand() = default;
@@ -193,6 +209,20 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
     policies.push_back(*policy);
   }
   if (policies.empty()) policies.push_back(SimPolicy{"config", std::nullopt, std::nullopt});
+  std::vector<sim::Staging> stagings;
+  for (const std::string& text : a.staging) {
+    auto staging = sim::ParseStaging(text);
+    if (!staging) {
+      return usage("--staging: unknown model '" + text +
+                   "' (start-then-fetch, stage-on-admit, prefetch, off)");
+    }
+    if (std::find(stagings.begin(), stagings.end(), *staging) != stagings.end()) {
+      return usage("--staging: '" + text + "' given twice");
+    }
+    stagings.push_back(*staging);
+  }
+  const bool label_staging = !stagings.empty();
+  if (stagings.empty()) stagings.push_back(sim::Staging::kOff);
 
   std::vector<sched::Config> configs;
   for (const std::string& path : a.configs) {
@@ -247,6 +277,8 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
   options.checkpoint = a.checkpoint;
   options.seed = a.seed;
   options.max_time_s = a.max_time_s;
+  options.staging.gbps = a.staging_gbps;
+  options.staging.cache_gb = a.staging_cache_gb;
 
   if (!a.out_dir.empty()) {
     std::error_code ec;
@@ -259,22 +291,29 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
     for (const SimPolicy& policy : policies) {
       sched::Config config = configs[c];
       ApplySimPolicy(policy, &config);
-      std::string label = policy.label;
-      if (label == "config") label = ConfigLabel(config);
-      if (configs.size() > 1) label = Stem(a.configs[c]) + "/" + label;
-      auto result = sim::Simulate(config, jobs, options);
-      if (!result.ok()) return fail(label + ": " + result.status().message());
-      sim::RunMetrics metrics = sim::ComputeMetrics(*result, label);
-      if (!a.quiet) {
-        err << "run " << label << ": " << metrics.completed << " completed, " << metrics.failed
-            << " failed, " << metrics.unfinished << " unfinished; " << metrics.cycles << " cycles, "
-            << metrics.wall_s << " s\n";
+      std::string group = policy.label;
+      if (group == "config") group = ConfigLabel(config);
+      if (configs.size() > 1) group = Stem(a.configs[c]) + "/" + group;
+      for (const sim::Staging staging : stagings) {
+        const std::string label =
+            label_staging ? group + "/" + std::string(sim::ToString(staging)) : group;
+        options.staging.policy = staging;
+        auto result = sim::Simulate(config, jobs, options);
+        if (!result.ok()) return fail(label + ": " + result.status().message());
+        sim::RunMetrics metrics = sim::ComputeMetrics(*result, label);
+        metrics.group = group;
+        if (!a.quiet) {
+          err << "run " << label << ": " << metrics.completed << " completed, " << metrics.failed
+              << " failed, " << metrics.unfinished << " unfinished; " << metrics.cycles
+              << " cycles, " << metrics.wall_s << " s\n";
+        }
+        if (!a.out_dir.empty()) {
+          Status status =
+              sim::WriteRunReport(a.out_dir + "/" + RunDirName(label), *result, metrics);
+          if (!status.ok()) return fail(status.message());
+        }
+        runs.push_back(std::move(metrics));
       }
-      if (!a.out_dir.empty()) {
-        Status status = sim::WriteRunReport(a.out_dir + "/" + RunDirName(label), *result, metrics);
-        if (!status.ok()) return fail(status.message());
-      }
-      runs.push_back(std::move(metrics));
     }
   }
 

@@ -101,6 +101,10 @@ TEST(SimCli, UsageErrorsExitTwo) {
       {{"--config", config, "--trace", trace, "--periodic", "--cycle-s", "0"}, "--periodic"},
       {{"--config", config, "--trace", trace, "--max-jobs", "5"}, "--max-jobs"},
       {{"--config", config, "--trace", trace, "--bogus"}, "bogus"},
+      {{"--config", config, "--trace", trace, "--staging", "eager"}, "unknown model 'eager'"},
+      {{"--config", config, "--trace", trace, "--staging", "prefetch,prefetch"}, "given twice"},
+      {{"--config", config, "--trace", trace, "--staging-gbps", "0"}, "staging-gbps"},
+      {{"--config", config, "--trace", trace, "--staging-cache-gb", "-1"}, "staging-cache-gb"},
   };
   for (const Case& c : cases) {
     std::string joined;
@@ -220,6 +224,50 @@ TEST(SimCli, Examples) {
                            examples + "/contended/tenant-llm.yaml", "--policy", "fifo,fair_share",
                            "--max-time-s", "50000", "--quiet"});
   ASSERT_EQ(contended.code, 0) << contended.err;
+}
+
+// Staging on one node of 2 GPUs at 8 Gbit/s (1 GB/s), data set d = 100 GB:
+// j1 (d, 60 s) and j2 (d, 50 s) both need the whole node.
+//   start-then-fetch: j1 [0, 100) fetching, runs to 160; j2 fetches again
+//     [160, 260), runs to 310. Idle: 2 × 100 s × 2 GPUs = 400 GPU-s.
+//   prefetch: j1 fetches [0, 100) (no wait to hide it), runs to 160; j2 finds
+//     d in the cache: runs [160, 210]. Idle: 200 GPU-s: 200 GPU-s saved, 50%.
+TEST(SimCli, StagingComparison) {
+  ferry::testing::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string config = dir.Write(
+      "one.yaml",
+      "ordering: fifo\npools:\n  - name: rack\n    nodes: 1\n    node: {gpu_model: H200, gpus: 2}\n"
+      "datasets:\n  - {name: d, size_gb: 100}\n");
+  const std::string trace = dir.Write("staged.csv",
+                                      "id,tenant,submit_s,duration_s,tasks,gpus_per_task,datasets\n"
+                                      "j1,a,0,60,1,2,d\n"
+                                      "j2,a,0,50,1,2,d\n");
+  const std::string out_dir = dir / "out";
+  Outcome outcome =
+      Sim({"--config", config, "--trace", trace, "--policy", "fifo", "--staging",
+           "start-then-fetch,prefetch", "--staging-gbps", "8", "--cycle-s", "0", "--out", out_dir});
+  ASSERT_EQ(outcome.code, 0) << outcome.err;
+  EXPECT_NE(outcome.out.find("| fifo/start-then-fetch |"), std::string::npos) << outcome.out;
+  // 200 GPU-s saved of 400: 0.06 GPU-h, 50%.
+  EXPECT_NE(outcome.out.find("| fifo/prefetch | prefetch | 0.2 TB | 0.1 TB (50.0%) | 0.0 TB "
+                             "(0.0%) | 0.1 TB (50.0%) | 0.1 | 0.1 | 0.1 (50.0%) |"),
+            std::string::npos)
+      << outcome.out;
+  std::ifstream runs(out_dir + "/runs.csv");
+  std::stringstream text;
+  text << runs.rdbuf();
+  // staging, gpu_hours, staging_gpu_hours, avg_staging_s, input_gb, cached_gb, prefetched_gb,
+  // fetched_gb, cache_hit_ratio: GPU time held 2 × (100 + 60) + 2 × 50 = 420 GPU-s.
+  EXPECT_NE(text.str().find(",prefetch,0.1166666667,0.05555555556,50,200,100,0,100,0.5\n"),
+            std::string::npos)
+      << text.str();
+  EXPECT_TRUE(fs::is_regular_file(out_dir + "/fifo_prefetch/jobs.csv"));
+  std::ifstream jobs(out_dir + "/fifo_start-then-fetch/jobs.csv");
+  std::stringstream job_lines;
+  job_lines << jobs.rdbuf();
+  // j2: staging_s 100, staging_gpu_s 200, input 100 GB, none cached or prefetched, 100 fetched.
+  EXPECT_NE(job_lines.str().find(",100,200,100,0,0,100\n"), std::string::npos) << job_lines.str();
 }
 
 }  // namespace

@@ -295,5 +295,49 @@ TEST(Svg, EmptyAndCloudRuns) {
   EXPECT_NE(RenderTimelineSvg(f.result, "long").find("time (days)"), std::string::npos);
 }
 
+// The staging table: 40 GPU-h idle staging under start-then-fetch, 10 under
+// prefetch: 30 GPU-h saved (75%). Inputs 2000 GB, 500 cached (25%), 1200
+// prefetched (60%), 300 fetched on the GPUs' time (15%). GPU-h held: the
+// fixture's 600 GPU-s = 0.2 GPU-h.
+TEST(Markdown, StagingTableComparesWithStartThenFetch) {
+  Fixture f;
+  RunMetrics fetch = ComputeMetrics(f.result, "fifo/start-then-fetch");
+  fetch.group = "fifo";
+  fetch.staging = "start-then-fetch";
+  fetch.staging_gpu_hours = 40;
+  fetch.input_gb = 2000;
+  fetch.fetched_gb = 2000;
+  RunMetrics pre = fetch;
+  pre.label = "fifo/prefetch";
+  pre.staging = "prefetch";
+  pre.staging_gpu_hours = 10;
+  pre.cached_gb = 500;
+  pre.prefetched_gb = 1200;
+  pre.fetched_gb = 300;
+  RunMetrics other = pre;  // another group: no baseline
+  other.label = "drf/prefetch";
+  other.group = "drf";
+  auto lines = SplitLines(FormatComparisonMarkdown({fetch, pre, other}));
+  ASSERT_EQ(lines.size(), 11u);  // 2 + 3 rows, a blank line, 2 + 3 rows
+  EXPECT_EQ(lines[5], "");
+  EXPECT_NE(lines[6].find("staging GPU-h saved vs start-then-fetch"), std::string::npos);
+  EXPECT_NE(lines[8].find("| start-then-fetch | 2.0 TB |"), std::string::npos) << lines[8];
+  EXPECT_EQ(lines[8].substr(lines[8].size() - 5), "| - |") << lines[8];
+  EXPECT_EQ(lines[9],
+            "| fifo/prefetch | prefetch | 2.0 TB | 0.5 TB (25.0%) | 1.2 TB (60.0%) | 0.3 TB "
+            "(15.0%) | 10.0 | 0.2 | 30.0 (75.0%) |");
+  EXPECT_EQ(lines[10].substr(lines[10].size() - 5), "| - |") << lines[10];
+
+  // Runs without staging: no second table; the CSV has the staging columns last.
+  RunMetrics off = ComputeMetrics(f.result, "fifo");
+  EXPECT_EQ(off.staging, "off");
+  EXPECT_EQ(SplitLines(FormatComparisonMarkdown({off})).size(), 3u);
+  auto csv = SplitLines(FormatRunsCsv({pre}));
+  EXPECT_NE(csv[0].find(",wall_s,staging,gpu_hours,staging_gpu_hours,avg_staging_s,input_gb,"
+                        "cached_gb,prefetched_gb,fetched_gb,cache_hit_ratio"),
+            std::string::npos);
+  EXPECT_NE(csv[1].find(",prefetch,"), std::string::npos) << csv[1];
+}
+
 }  // namespace
 }  // namespace ferry::fleet::sim

@@ -90,6 +90,7 @@ TEST(TraceFormat, SortsStablyBySubmitTime) {
       "d,t,1,1,1,1\n";
   ASSERT_OK_AND_ASSIGN(auto jobs, ParseTraceCsv(csv, "t.csv"));
   std::vector<std::string> ids;
+  ids.reserve(jobs.size());
   for (const auto& j : jobs) ids.push_back(j.id);
   EXPECT_EQ(ids, (std::vector<std::string>{"a", "d", "c", "b"}));
 }
@@ -802,6 +803,39 @@ TEST(Synthetic, RuntimeLimitOptionsAreChecked) {
             "1:42: runtime_limit.round_up_to[0]: expected a number of seconds, got '1h'");
   EXPECT_EQ(err("runtime_limit: {factor: 0.5}\n"),
             "1:1: runtime_limit.factor: must be 0 (no limits) or in [1, 1e6]");
+}
+
+TEST(Synthetic, DataSetsAreDrawnFromTheirOwnStream) {
+  SyntheticOptions o;
+  o.jobs = 4000;
+  ASSERT_OK_AND_ASSIGN(auto plain, GenerateSynthetic(o));
+  o.datasets = {{"imagenet", 0.75}, {"c4", 0.25}};
+  ASSERT_OK_AND_ASSIGN(auto with_data, GenerateSynthetic(o));
+  ASSERT_EQ(plain.size(), with_data.size());
+  int imagenet = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(with_data[i].datasets.size(), 1u);
+    imagenet += with_data[i].datasets[0] == "imagenet";
+    TraceJob same = with_data[i];
+    same.datasets.clear();
+    ASSERT_EQ(same, plain[i]);  // everything else is the same trace
+  }
+  EXPECT_NEAR(imagenet / 4000.0, 0.75, 0.03);
+
+  ASSERT_OK_AND_ASSIGN(auto parsed,
+                       ParseSyntheticOptions("datasets:\n  - {name: imagenet, probability: 0.75}\n"
+                                             "  - {name: c4, probability: 0.25}\n"));
+  ASSERT_EQ(parsed.datasets.size(), 2u);
+  EXPECT_EQ(parsed.datasets[1].name, "c4");
+  EXPECT_EQ(parsed.datasets[1].probability, 0.25);
+
+  auto err = [](const char* yaml) { return ParseSyntheticOptions(yaml).status().message(); };
+  EXPECT_EQ(err("datasets: imagenet\n"), "1:11: datasets: expected a list");
+  EXPECT_EQ(err("datasets: [{name: a}]\n"), "1:12: datasets[0].probability: missing");
+  EXPECT_EQ(err("datasets: [{name: a, probability: 0.5}]\n"),
+            "1:1: datasets: probabilities must sum to 1");
+  EXPECT_EQ(err("datasets: [{name: 'a;b', probability: 1}]\n"),
+            "1:1: datasets: datasets: dataset name 'a;b' contains ';'");
 }
 
 }  // namespace
