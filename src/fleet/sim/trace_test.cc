@@ -838,5 +838,31 @@ TEST(Synthetic, DataSetsAreDrawnFromTheirOwnStream) {
             "1:1: datasets: datasets: dataset name 'a;b' contains ';'");
 }
 
+// The staging scenario (testdata/staging, docs/fleet-sim.md): every tenant's
+// jobs read one of the tenant's data sets, and the jobs are those of the
+// contended example otherwise (same seeds and distributions).
+TEST(SyntheticConfig, StagingScenarioGivesEveryJobADataSet) {
+  const std::map<std::string, std::set<std::string>> expected = {
+      {"llm", {"pretrain-tokens", "sft-mix"}},
+      {"vision", {"imagenet-1k", "coco", "openimages"}},
+      {"research", {"d4rl", "atari-replay", "toy-suite"}},
+      {"eval", {"eval-suite", "mmlu"}}};
+  for (const auto& [tenant, datasets] : expected) {
+    SCOPED_TRACE(tenant);
+    std::ifstream in(Fixture("staging/tenant-" + tenant + ".yaml"));
+    std::stringstream text;
+    text << in.rdbuf();
+    ASSERT_OK_AND_ASSIGN(SyntheticOptions options, ParseSyntheticOptions(text.str()));
+    ASSERT_OK_AND_ASSIGN(auto jobs, GenerateSynthetic(options));
+    ASSERT_FALSE(jobs.empty());
+    std::set<std::string> seen;
+    for (const TraceJob& job : jobs) {
+      ASSERT_EQ(job.datasets.size(), 1u);
+      seen.insert(job.datasets[0]);
+    }
+    EXPECT_EQ(seen, datasets);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::fleet::sim
