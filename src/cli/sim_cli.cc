@@ -127,6 +127,7 @@ struct SimCommand::Args {
   std::vector<std::string> staging;
   double staging_gbps = 10;
   double staging_cache_gb = 2000;
+  double prefetch_window_s = 0;
 };
 
 SimCommand::SimCommand(CLI::App& app) : args_(std::make_unique<Args>()) {
@@ -175,6 +176,10 @@ SimCommand::SimCommand(CLI::App& app) : args_(std::make_unique<Args>()) {
   command_
       ->add_option("--staging-cache-gb", a.staging_cache_gb,
                    "Node cache capacity in GB (default 2000; 0: nothing kept)")
+      ->check(CLI::Range(0.0, 1e9));
+  command_
+      ->add_option("--prefetch-window-s", a.prefetch_window_s,
+                   "prefetch: use at most the last S seconds of a job's wait (default 0: all)")
       ->check(CLI::Range(0.0, 1e9));
 }
 
@@ -279,6 +284,7 @@ int SimCommand::Run(std::ostream& out, std::ostream& err) {
   options.max_time_s = a.max_time_s;
   options.staging.gbps = a.staging_gbps;
   options.staging.cache_gb = a.staging_cache_gb;
+  options.staging.prefetch_window_s = a.prefetch_window_s;
 
   if (!a.out_dir.empty()) {
     std::error_code ec;

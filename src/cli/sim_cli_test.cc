@@ -105,6 +105,7 @@ TEST(SimCli, UsageErrorsExitTwo) {
       {{"--config", config, "--trace", trace, "--staging", "prefetch,prefetch"}, "given twice"},
       {{"--config", config, "--trace", trace, "--staging-gbps", "0"}, "staging-gbps"},
       {{"--config", config, "--trace", trace, "--staging-cache-gb", "-1"}, "staging-cache-gb"},
+      {{"--config", config, "--trace", trace, "--prefetch-window-s", "-5"}, "prefetch-window-s"},
   };
   for (const Case& c : cases) {
     std::string joined;

@@ -896,7 +896,8 @@ double Engine::StageOnNode(int job, int64_t id, double start) {
   // since the node came up, if later).
   double hidden_gb = 0;
   if (staging.policy == Staging::kPrefetch) {
-    const double window_s = std::max(0.0, start - std::max(state.queued_s, host.ready_s));
+    double window_s = std::max(0.0, start - std::max(state.queued_s, host.ready_s));
+    if (staging.prefetch_window_s > 0) window_s = std::min(window_s, staging.prefetch_window_s);
     hidden_gb = std::min(missing_gb, window_s * gb_per_s);
   }
   outcome.prefetched_gb += hidden_gb;
@@ -1066,6 +1067,10 @@ Result<SimResult> Simulate(const sched::Config& config, const std::vector<TraceJ
   }
   if (!(options.staging.cache_gb >= 0) || !std::isfinite(options.staging.cache_gb)) {
     return Status::Invalid("staging.cache_gb: must be a finite number >= 0");
+  }
+  if (!(options.staging.prefetch_window_s >= 0) ||
+      !std::isfinite(options.staging.prefetch_window_s)) {
+    return Status::Invalid("staging.prefetch_window_s: must be a finite number >= 0");
   }
   for (size_t j = 0; j < trace.size(); ++j) {
     Status status = ValidateJob(trace[j]);

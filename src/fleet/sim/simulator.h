@@ -47,6 +47,10 @@ struct StagingOptions {
   Staging policy = Staging::kOff;
   double gbps = 10;        // fetch bandwidth of one node, Gbit/s (> 0)
   double cache_gb = 2000;  // node cache capacity, GB (10^9 bytes); 0: nothing is kept
+  // kPrefetch: at most this many seconds of a job's wait, the last before its
+  // placement, are used to fetch (0: the whole wait, as if the nodes were known
+  // at submission). Models how far ahead the scheduler knows the job's nodes.
+  double prefetch_window_s = 0;
 };
 
 struct SimOptions {

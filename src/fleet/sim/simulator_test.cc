@@ -615,6 +615,15 @@ TEST(SimulatorStaging, PrefetchHidesTheQueueWait) {
   EXPECT_DOUBLE_EQ(pre.jobs[2].staging_s, 0);
   EXPECT_DOUBLE_EQ(pre.jobs[2].prefetched_gb, 50);
   EXPECT_DOUBLE_EQ(pre.jobs[2].end_s, 160);
+  // A 20 s prefetch window: j2 hides 20 GB, fetches 80 [60, 140], runs to 190;
+  // j3 waited 190 s but hides only 20 of b's 50 GB: 30 s [190, 220], runs to 230.
+  SimOptions window = WithStaging(Staging::kPrefetch);
+  window.staging.prefetch_window_s = 20;
+  ASSERT_OK_AND_ASSIGN(SimResult near, Simulate(config, trace, window));
+  EXPECT_DOUBLE_EQ(near.jobs[1].staging_s, 80);
+  EXPECT_DOUBLE_EQ(near.jobs[1].end_s, 190);
+  EXPECT_DOUBLE_EQ(near.jobs[2].prefetched_gb, 20);
+  EXPECT_DOUBLE_EQ(near.jobs[2].end_s, 230);
   const RunMetrics a = ComputeMetrics(admit, "admit");
   const RunMetrics p = ComputeMetrics(pre, "prefetch");
   EXPECT_DOUBLE_EQ((a.staging_gpu_hours - p.staging_gpu_hours) * 3600, 220);
