@@ -120,6 +120,35 @@ struct JobInput {
   int64_t objects = 0;          // number of objects (a uri input: 1)
 };
 
+// What identifies an input's bytes in the node caches' reports: a dataset
+// input's manifest_digest, or "sha256:" + the sha256 of a uri input. Empty
+// for a dataset input not resolved yet (no manifest_digest).
+std::string InputDigest(const JobInput& input);
+
+// What a node's agent last reported of its input cache (POST /v1/agent/sync,
+// "cache"): its size and counters, and per (tenant, input digest) the bytes
+// of that input it holds now. Kept in the server's memory only.
+struct NodeCache {
+  static constexpr size_t kMaxInputs = 256;
+
+  struct Input {
+    std::string tenant;       // tenant name
+    std::string digest;       // InputDigest: "sha256:" and 64 lower-case hex digits
+    int64_t bytes = 0;        // held now, > 0
+    int64_t total_bytes = 0;  // the whole input, >= bytes
+  };
+  int64_t quota_bytes = 0;
+  int64_t bytes = 0;  // complete entries
+  int64_t entries = 0;
+  int64_t hit_bytes = 0;      // served from the cache since the agent started
+  int64_t fetched_bytes = 0;  // downloaded since the agent started
+  std::vector<Input> inputs;  // at most kMaxInputs, one per (tenant, digest)
+  int64_t reported_at_ms = 0;
+
+  // hit_bytes / (hit_bytes + fetched_bytes); 0 before any staging.
+  double HitRatio() const;
+};
+
 // What a user asks for. Validated by ParseJobSpec (model_json.h); the limits
 // are those constants.
 struct JobSpec {

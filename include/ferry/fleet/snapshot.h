@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/fleet/model.h"  // TaskPlacement
@@ -93,6 +94,15 @@ struct PendingJob {
   std::vector<std::string> datasets;
   std::string topology;  // "" (none), "same_node" or "same_domain": a preference, not a rule
   std::string pool_set;  // "" : the first pool set
+  // Data locality. input_digests: what the job reads, one digest per input
+  // (InputDigest, model.h), and input_bytes their total size; ToPendingJob
+  // fills both. cached_bytes: per node (NodeInfo::id), the bytes of those
+  // inputs its cache holds now, only nodes holding some; the server fills it
+  // from the agents' cache reports (the simulator may too). Empty: no node
+  // holds any, and the cycle places the job exactly as without inputs.
+  std::vector<std::string> input_digests;
+  int64_t input_bytes = 0;
+  std::vector<std::pair<int64_t, int64_t>> cached_bytes;  // (node id, bytes > 0)
 };
 
 // The store loads nodes, running and pending jobs (Store::LoadSchedulingSnapshot);

@@ -201,6 +201,16 @@ std::string CheckObjectPath(std::string_view text) {
   return "";
 }
 
+std::string InputDigest(const JobInput& input) {
+  if (!input.dataset.empty()) return input.manifest_digest;
+  return input.sha256.empty() ? std::string() : "sha256:" + input.sha256;
+}
+
+double NodeCache::HitRatio() const {
+  const int64_t served = hit_bytes + fetched_bytes;
+  return served > 0 ? static_cast<double>(hit_bytes) / static_cast<double>(served) : 0.0;
+}
+
 std::string CheckSha256(std::string_view text) {
   if (text.size() != 64) return "must be 64 lower-case hex digits";
   for (char c : text) {

@@ -1,5 +1,6 @@
 #include "ferry/fleet/snapshot.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ferry::fleet::sched {
@@ -62,6 +63,11 @@ PendingJob ToPendingJob(const Job& job) {
   out.datasets = job.spec.datasets;
   out.topology = job.spec.topology;
   out.pool_set = job.spec.pool_set;
+  for (const JobInput& input : job.spec.inputs) {
+    std::string digest = InputDigest(input);
+    if (!digest.empty()) out.input_digests.push_back(std::move(digest));
+    out.input_bytes += std::max<int64_t>(input.bytes, 0);
+  }
   return out;
 }
 

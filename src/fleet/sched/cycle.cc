@@ -56,14 +56,16 @@ void CycleRun::Schedule(int index) {
   }
 
   // The best placement over the admitted models: lowest tiers first, then
-  // the order the job lists its models in.
+  // (a job with cached inputs) the most input bytes already on its nodes,
+  // then the order the job lists its models in.
   const uint64_t mask = MaskFor(job);
   std::vector<Pick>& picks = scratch_picks_;
   std::vector<Pick>& best = scratch_best_;
   best.clear();
   int best_model = -1;
   bool have_best = false;
-  int64_t best_score = 0, found_most = 0;
+  const bool local = !p.cached_bytes.empty();
+  int64_t best_score = 0, best_local = 0, found_most = 0;
   for (int m : admitted) {
     int64_t found = 0;
     if (!Search(job, p, m, mask, &picks, &found)) {
@@ -77,13 +79,16 @@ void CycleRun::Schedule(int index) {
           tiers.tier_of_pool[static_cast<size_t>(nodes_[static_cast<size_t>(pick.node)].pool)] *
           pick.tasks;
     }
-    if (!have_best || score < best_score) {
+    const int64_t local_bytes = local ? LocalBytes(scratch_local_, picks) : 0;
+    if (!have_best || score < best_score || (score == best_score && local_bytes > best_local)) {
       have_best = true;
       best = picks;
       best_model = m;
       best_score = score;
+      best_local = local_bytes;
     }
-    if (score == 0) break;
+    // Nothing beats the lowest tiers, unless another model finds more cached bytes.
+    if (score == 0 && (!local || scratch_local_.empty())) break;
   }
   if (have_best) {
     Place(index, job, best_model, best, mask);

@@ -235,6 +235,12 @@ struct Pick {
   int64_t tasks = 0;
 };
 
+// A schedulable node whose cache holds `bytes` of a job's inputs.
+struct LocalNode {
+  int node = 0;
+  int64_t bytes = 0;
+};
+
 // GPUs (of one model), CPUs and memory: room on a node, now or later.
 struct Spare {
   int64_t gpus = 0;
@@ -310,7 +316,19 @@ class CycleRun {
   bool Search(const JobInfo& job, const PendingJob& pending, int model, uint64_t mask,
               std::vector<Pick>* picks, int64_t* found);
   bool SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t mask,
-                     std::vector<Pick>* picks, int64_t* found);
+                     const std::vector<LocalNode>& local, std::vector<Pick>* picks, int64_t* found);
+  // Data locality (PendingJob::cached_bytes): the schedulable nodes holding
+  // some of the job's input bytes, most bytes first, then as the set's
+  // scoring would order them (fewest free GPUs of `model` for bin-pack, most
+  // for spread), then snapshot order. Empty for a job whose inputs no node
+  // holds. The vector is scratch, valid until the next call.
+  const std::vector<LocalNode>& LocalNodes(const PendingJob& pending, int model, bool spread);
+  // The first of `local` in tier `tier` of `tiers` that holds `need` tasks
+  // now, or -1.
+  int LocalNodeHolding(const std::vector<LocalNode>& local, const Tiers& tiers, size_t tier,
+                       int model, const Shape& s, int64_t need, uint64_t mask) const;
+  // Bytes of the job's inputs on the nodes of `picks` (`local` as LocalNodes gave it).
+  static int64_t LocalBytes(const std::vector<LocalNode>& local, const std::vector<Pick>& picks);
   // `memo`: Search's key for "a gang of this shape did not fit these tiers".
   bool SearchDomain(const JobInfo& job, const Tiers& tiers, int model, const MemoKey& memo,
                     uint64_t mask, bool spread, std::vector<Pick>* picks);
@@ -495,6 +513,9 @@ class CycleRun {
   std::vector<int> scratch_possible_, scratch_admitted_, scratch_positions_;
   std::vector<std::pair<int, int>> scratch_per_model_;
   std::vector<Pick> scratch_picks_, scratch_best_;
+  std::vector<LocalNode> scratch_local_;
+  std::unordered_map<int64_t, int> node_of_id_;  // built on the first job with cached inputs
+  bool node_of_id_built_ = false;
   std::vector<int> scratch_used_;
   struct DomainOption {
     int domain;

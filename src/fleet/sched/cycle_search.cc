@@ -79,13 +79,83 @@ const Tiers& CycleRun::SearchTiers(const JobInfo& job, const PendingJob& pending
   return it->second.first;
 }
 
+const std::vector<LocalNode>& CycleRun::LocalNodes(const PendingJob& pending, int model,
+                                                   bool spread) {
+  std::vector<LocalNode>& local = scratch_local_;
+  local.clear();
+  if (pending.cached_bytes.empty()) return local;
+  if (!node_of_id_built_) {
+    node_of_id_built_ = true;
+    node_of_id_.reserve(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const int64_t id = nodes_[i].info->id;
+      if (id != 0) node_of_id_.try_emplace(id, static_cast<int>(i));  // the first, as indexed
+    }
+  }
+  for (const auto& [node_id, bytes] : pending.cached_bytes) {
+    if (bytes <= 0) continue;
+    auto it = node_of_id_.find(node_id);
+    if (it == node_of_id_.end() || !nodes_[static_cast<size_t>(it->second)].schedulable) continue;
+    local.push_back({it->second, bytes});
+  }
+  std::sort(local.begin(), local.end(), [&](const LocalNode& a, const LocalNode& b) {
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (model >= 0) {
+      const int fa = FreeGpusOf(nodes_[static_cast<size_t>(a.node)], model);
+      const int fb = FreeGpusOf(nodes_[static_cast<size_t>(b.node)], model);
+      if (fa != fb) return spread ? fa > fb : fa < fb;
+    }
+    return a.node < b.node;
+  });
+  // A node listed twice counts once (its first, largest entry).
+  local.erase(std::unique(local.begin(), local.end(),
+                          [](const LocalNode& a, const LocalNode& b) { return a.node == b.node; }),
+              local.end());
+  return local;
+}
+
+int CycleRun::LocalNodeHolding(const std::vector<LocalNode>& local, const Tiers& tiers, size_t tier,
+                               int model, const Shape& s, int64_t need, uint64_t mask) const {
+  for (const LocalNode& l : local) {
+    const IndexedNode& node = nodes_[static_cast<size_t>(l.node)];
+    if (mark_[static_cast<size_t>(l.node)]) continue;
+    if (tiers.tier_of_pool[static_cast<size_t>(node.pool)] != static_cast<int>(tier)) continue;
+    if (TasksFitting(node, model, s, mask, need) >= need) return l.node;
+  }
+  return -1;
+}
+
+int64_t CycleRun::LocalBytes(const std::vector<LocalNode>& local, const std::vector<Pick>& picks) {
+  int64_t bytes = 0;
+  for (const Pick& pick : picks) {
+    for (const LocalNode& l : local) {
+      if (l.node == pick.node) bytes += l.bytes;
+    }
+  }
+  return bytes;
+}
+
 bool CycleRun::SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t mask,
-                             std::vector<Pick>* picks, int64_t* found) {
+                             const std::vector<LocalNode>& local, std::vector<Pick>* picks,
+                             int64_t* found) {
   int64_t remaining = job.shape.tasks;
-  for (const std::vector<int>& tier : tiers.pools) {
+  for (size_t t = 0; t < tiers.pools.size(); ++t) {
+    const std::vector<int>& tier = tiers.pools[t];
+    // Nodes holding the job's inputs first, then the others in node order.
+    for (const LocalNode& l : local) {
+      if (remaining == 0) break;
+      const IndexedNode& node = nodes_[static_cast<size_t>(l.node)];
+      if (tiers.tier_of_pool[static_cast<size_t>(node.pool)] != static_cast<int>(t)) continue;
+      int64_t k = TasksFitting(node, -1, job.shape, mask, remaining);
+      if (k > 0) {
+        picks->push_back({l.node, k});
+        mark_[static_cast<size_t>(l.node)] = 1;
+        remaining -= k;
+      }
+    }
     for (size_t i = 0; i < nodes_.size() && remaining > 0; ++i) {
       const IndexedNode& node = nodes_[i];
-      if (!node.schedulable) continue;
+      if (!node.schedulable || mark_[i]) continue;
       if (std::find(tier.begin(), tier.end(), node.pool) == tier.end()) continue;
       int64_t k = TasksFitting(node, -1, job.shape, mask, remaining);
       if (k > 0) {
@@ -94,6 +164,7 @@ bool CycleRun::SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t ma
       }
     }
   }
+  for (const LocalNode& l : local) mark_[static_cast<size_t>(l.node)] = 0;
   *found = job.shape.tasks - remaining;
   return remaining == 0;
 }
@@ -226,7 +297,11 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
   const Shape& s = job.shape;
   int left_out = 0;
   const Tiers& tiers = SearchTiers(job, pending, model, &left_out);
-  if (model < 0) return SearchCpuOnly(job, tiers, mask, picks, found);
+  const bool spread = sets_[static_cast<size_t>(job.set)].scoring == Scoring::kSpread;
+  // Empty for every job without cached inputs: the search below is then the
+  // plain one, untouched.
+  const std::vector<LocalNode>& local = LocalNodes(pending, model, spread);
+  if (model < 0) return SearchCpuOnly(job, tiers, mask, local, picks, found);
   const size_t models = model_names_.size();
   int64_t total_free = 0;
   for (int p : sets_[static_cast<size_t>(job.set)].pools) {
@@ -243,11 +318,11 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
     *found = std::min(s.tasks - 1, failed->second - 1);
     return false;
   }
-  const bool spread = sets_[static_cast<size_t>(job.set)].scoring == Scoring::kSpread;
 
   if (job.topology != 0) {
-    for (const std::vector<int>& tier : tiers.pools) {
-      int n = FindSingleNode(tier, model, s, s.tasks, mask, spread);
+    for (size_t t = 0; t < tiers.pools.size(); ++t) {
+      int n = local.empty() ? -1 : LocalNodeHolding(local, tiers, t, model, s, s.tasks, mask);
+      if (n < 0) n = FindSingleNode(tiers.pools[t], model, s, s.tasks, mask, spread);
       if (n >= 0) {
         picks->push_back({n, s.tasks});
         return true;
@@ -267,7 +342,21 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
     used.push_back(n);
     remaining -= k;
   };
-  for (const std::vector<int>& tier : tiers.pools) {
+  for (size_t t = 0; t < tiers.pools.size(); ++t) {
+    const std::vector<int>& tier = tiers.pools[t];
+    if (remaining == 0) break;
+    // Nodes of this tier holding the job's inputs first, most bytes first: as
+    // many tasks as each holds (one each under spread), the rest as usual.
+    for (const LocalNode& l : local) {
+      if (remaining == 0) break;
+      const IndexedNode& node = nodes_[static_cast<size_t>(l.node)];
+      if (mark_[static_cast<size_t>(l.node)] ||
+          tiers.tier_of_pool[static_cast<size_t>(node.pool)] != static_cast<int>(t)) {
+        continue;
+      }
+      const int64_t k = TasksFitting(node, model, s, mask, spread ? 1 : remaining);
+      if (k > 0) take(l.node, k);
+    }
     if (remaining == 0) break;
     int max_c = -1;
     for (int p : tier) max_c = std::max(max_c, BucketsOf(p, model).Max());
