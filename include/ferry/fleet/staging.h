@@ -105,6 +105,7 @@ struct CacheStats {
   int64_t bytes_used = 0;    // complete entries
   int64_t bytes_pinned = 0;  // held by a job that runs or is being staged
   int64_t quota_bytes = 0;
+  uint64_t generation = 0;  // grows whenever an entry is added or removed
 };
 
 // A node-local, content-addressed object cache. Entries are named by tenant
@@ -169,6 +170,7 @@ class ContentCache {
   std::set<std::string> in_flight_;
   int64_t reserved_ = 0;  // bytes of downloads in flight
   uint64_t clock_ = 0;
+  uint64_t generation_ = 0;
   CacheStats stats_;
 };
 

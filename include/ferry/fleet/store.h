@@ -268,6 +268,9 @@ struct StagedObject {
 struct StagedInput {
   std::string name;
   std::vector<StagedObject> objects;
+  // What the input is, for the caches' reports: the dataset version's
+  // manifest digest, or "sha256:<hex>" of a uri input's one object.
+  std::string digest;
 };
 
 // Everything an agent needs to launch one task.

@@ -23,6 +23,7 @@
 
 #include "ferry/base/log.h"
 #include "ferry/fleet/client.h"
+#include "ferry/fleet/model_json.h"
 #include "fleet/agent/agent_internal.h"
 #include "fleet/agent/agent_metrics.h"
 #include "fleet/agent/input_stager.h"
@@ -236,29 +237,7 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   strings("gang_addresses", &assignment.gang_addresses);
   assignment.tenant = ReadString(object, "tenant");
   if (auto inputs = object.find("inputs"); inputs != object.end() && !inputs->is_null()) {
-    if (!inputs->is_array()) return Status::Invalid("inputs must be a list");
-    for (const auto& item : *inputs) {
-      if (!item.is_object()) return Status::Invalid("inputs holds a non-object");
-      StagedInput input;
-      input.name = ReadString(item, "name");
-      auto objects = item.find("objects");
-      if (input.name.empty() || objects == item.end() || !objects->is_array()) {
-        return Status::Invalid("an input needs a name and a list of objects");
-      }
-      for (const auto& o : *objects) {
-        if (!o.is_object()) return Status::Invalid("input " + input.name + ": a non-object");
-        StagedObject object_ref;
-        object_ref.path = ReadString(o, "path");
-        object_ref.uri = ReadString(o, "uri");
-        object_ref.sha256 = ReadString(o, "sha256");
-        ReadNumber(o, "size", &object_ref.size);
-        if (object_ref.path.empty() || object_ref.uri.empty() || object_ref.sha256.empty()) {
-          return Status::Invalid("input " + input.name + ": an object needs path, uri and sha256");
-        }
-        input.objects.push_back(std::move(object_ref));
-      }
-      assignment.inputs.push_back(std::move(input));
-    }
+    FERRY_ASSIGN_OR_RAISE(assignment.inputs, ParseStagedInputs(*inputs));
   }
   if (auto it = object.find("rendezvous_port"); it != object.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 65535) {
@@ -722,6 +701,7 @@ class Agent {
   std::vector<GpuInventory> gpus_;
   int64_t lease_ms_ = 10'000;
   int64_t stop_grace_ms_ = 10'000;
+  bool cache_report_due_ = true;  // send the cache report with the next sync
   std::deque<PendingReport> pending_;
 
   // Destroyed in reverse: the metrics listener (which reads the runner, the
@@ -1073,6 +1053,7 @@ Status Agent::Run() {
       }
       if (!*result) break;
       registered = true;
+      cache_report_due_ = true;
     }
     // Staging that ended: its tasks start (after their `staged` reports).
     std::vector<agent_internal::InputStager::Ready> staged;
@@ -1134,6 +1115,12 @@ Status Agent::Run() {
                         {"address", node_.address},
                         {"running", running_json},
                         {"reports", reports}};
+    // What the node cache holds, when it changed (and after each registration).
+    std::optional<json> cache_report = stager_->CacheReport(cache_report_due_);
+    if (cache_report) {
+      (*request.body)["cache"] = std::move(*cache_report);
+      cache_report_due_ = true;  // until a sync carrying it succeeds
+    }
     request.extra_read_timeout_ms = wait_ms;
     request.allow_error_status = true;
     const auto sync_started = std::chrono::steady_clock::now();
@@ -1162,6 +1149,7 @@ Status Agent::Run() {
         continue;  // the reports stay queued and go with the next sync
       }
       pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sendable));
+      if (cache_report) cache_report_due_ = false;
       HandleSyncResponse(body);
       // A server with every long-poll slot taken answers at once with nothing
       // to do: pause briefly instead of spinning on it.

@@ -119,6 +119,22 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
                                                return all;
                                              }())) +
             " already in the node cache)");
+  for (const StagedInput& input : assignment.inputs) {
+    if (input.digest.empty()) continue;
+    KnownInput& known = known_[{attempt->tenant, input.digest}];
+    if (known.objects.empty()) {
+      known.objects = input.objects;
+      for (const StagedObject& object : input.objects)
+        known.total += std::max<int64_t>(object.size, 0);
+    }
+    known.last_use = ++known_clock_;
+  }
+  while (known_.size() > kMaxKnownInputs) {
+    auto oldest = std::min_element(known_.begin(), known_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_use < b.second.last_use;
+    });
+    known_.erase(oldest);
+  }
   std::vector<StagedInput> inputs = assignment.inputs;
   attempt->waiting.push_back(std::move(assignment));
   Attempt* raw = attempt.get();
@@ -159,6 +175,33 @@ void InputStager::Poll(std::vector<Ready>* ready) {
     // assignment is answered from the kept result until the server moves on.
     ++it;
   }
+}
+
+std::optional<nlohmann::json> InputStager::CacheReport(bool force) {
+  const CacheStats stats = cache_->Stats();
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && stats.generation == reported_generation_ && known_clock_ == reported_known_ &&
+      now - reported_at_ < kReportEvery) {
+    return std::nullopt;
+  }
+  reported_generation_ = stats.generation;
+  reported_known_ = known_clock_;
+  reported_at_ = now;
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const auto& [key, known] : known_) {
+    const int64_t present = cache_->PresentBytes(key.first, known.objects);
+    if (present == 0) continue;
+    inputs.push_back({{"tenant", key.first},
+                      {"digest", key.second},
+                      {"bytes", present},
+                      {"total_bytes", known.total}});
+  }
+  return nlohmann::json{{"quota_bytes", stats.quota_bytes},
+                        {"bytes", stats.bytes_used},
+                        {"entries", stats.entries},
+                        {"hit_bytes", stats.bytes_hit},
+                        {"fetched_bytes", stats.bytes_fetched},
+                        {"inputs", std::move(inputs)}};
 }
 
 std::vector<TaskReport> InputStager::TakeReports() {

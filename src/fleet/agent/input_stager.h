@@ -10,6 +10,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -61,6 +63,15 @@ class InputStager {
 
   CacheStats Stats() const { return cache_->Stats(); }
 
+  // What the node cache holds of the inputs staged here lately (the last
+  // kMaxKnownInputs), for the server's locality scoring: the cache's totals
+  // and, per input (tenant and digest), the bytes present of its bytes in
+  // all. Empty when nothing changed since the last report and it is younger
+  // than kReportEvery, unless `force`.
+  static constexpr size_t kMaxKnownInputs = 256;
+  static constexpr std::chrono::seconds kReportEvery{30};
+  std::optional<nlohmann::json> CacheReport(bool force);
+
  private:
   struct Attempt {
     std::string tenant;
@@ -87,6 +98,16 @@ class InputStager {
   std::unique_ptr<ContentCache> cache_;
   std::map<Key, std::unique_ptr<Attempt>> attempts_;
   std::vector<TaskReport> reports_;
+  struct KnownInput {
+    std::vector<StagedObject> objects;
+    int64_t total = 0;
+    uint64_t last_use = 0;
+  };
+  std::map<std::pair<std::string, std::string>, KnownInput> known_;  // (tenant, digest)
+  uint64_t known_clock_ = 0;
+  uint64_t reported_generation_ = ~uint64_t{0};
+  uint64_t reported_known_ = ~uint64_t{0};
+  std::chrono::steady_clock::time_point reported_at_;
 };
 
 }  // namespace ferry::fleet::agent_internal

@@ -564,7 +564,9 @@ json ToJson(const StagedInput& input) {
                        {"size", object.size},
                        {"sha256", object.sha256}});
   }
-  return {{"name", input.name}, {"objects", std::move(objects)}};
+  json out = {{"name", input.name}, {"objects", std::move(objects)}};
+  if (!input.digest.empty()) out["digest"] = input.digest;
+  return out;
 }
 
 namespace {
@@ -589,6 +591,7 @@ Result<std::vector<StagedInput>> ParseStagedInputs(const json& inputs) {
     StagedInput input;
     reader.String("name", 0, SIZE_MAX, &input.name);
     Check(reader, "name", CheckInputName(input.name, JobInput::kMaxNameChars));
+    reader.String("digest", 0, 128, &input.digest);
     if (!input.name.empty() && !names.insert(input.name).second) {
       reader.Fail("name", "duplicate input name \"" + input.name + "\"");
     }

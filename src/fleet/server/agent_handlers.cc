@@ -48,6 +48,7 @@ Status FleetServer::AddInputs(TaskAssignment* assignment, DatasetCache* cache) {
   for (const JobInput& input : assignment->spec.inputs) {
     StagedInput staged;
     staged.name = input.name;
+    staged.digest = input.dataset.empty() ? "sha256:" + input.sha256 : input.manifest_digest;
     if (input.dataset.empty()) {
       // The object's own name, as the URI's last path component.
       const size_t slash = input.uri.rfind('/');
@@ -89,6 +90,8 @@ void FleetServer::AgentRegister(Call& c) {
   std::optional<std::string> address = ParseAdvertisedAddress(*body, &errors);
   if (!registration || !address) return SendValidation(c, errors);
   Result<Node> node = store_->RegisterNode(*registration, NowMs(), options_.lease_ms);
+  // A new agent instance reports its cache on its first sync.
+  if (node.ok()) caches_.Forget(registration->name);
   if (!node.ok()) {
     if (node.status().code() == StatusCode::kInvalid) {
       return SendValidation(c, {{"(body)", node.status().message()}});
@@ -115,7 +118,9 @@ void FleetServer::AgentSync(Call& c) {
   std::vector<FieldError> errors;
   std::optional<SyncRequest> request = ParseSyncRequest(*body, NowMs(), &errors);
   std::optional<std::string> address = ParseAdvertisedAddress(*body, &errors);
-  if (!request || !address) return SendValidation(c, errors);
+  std::optional<NodeCache> cache;
+  const bool cache_ok = ParseCacheReport(*body, NowMs(), &cache, &errors);
+  if (!request || !address || !cache_ok) return SendValidation(c, errors);
   request->lease_ms = options_.lease_ms;
   RememberAddress(request->node, *address);
 
@@ -127,6 +132,10 @@ void FleetServer::AgentSync(Call& c) {
   auto seen = generation();
   Result<SyncResult> result = store_->SyncNode(*request);
   if (!result.ok()) return SendStoreError(c, result.status());
+  // Only the registered instance speaks for the node's cache.
+  if (cache && result->registered) {
+    caches_.Report(request->node, request->instance, std::move(*cache));
+  }
 
   if (!request->reports.empty()) {
     // Exits free GPUs and may end a gang: reschedule, tell the peers, wake log readers.

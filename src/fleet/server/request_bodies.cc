@@ -228,7 +228,7 @@ std::optional<NodeRegistration> ParseNodeRegistration(const json& body,
 std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors) {
   return ParseBody<SyncRequest>(
-      body, {"node", "instance", "running", "reports", "address"}, errors,
+      body, {"node", "instance", "running", "reports", "address", "cache"}, errors,
       [&](FieldReader& reader, SyncRequest& out) {
         out.now_ms = now_ms;
         out.node = reader.Name("node", true).value_or("");
@@ -365,6 +365,58 @@ std::optional<CreateWebhookRequest> ParseCreateWebhookRequest(const json& body,
         out.all_tenants = reader.Bool("all_tenants").value_or(false);
         out.job_id = reader.Int("job_id", false, 1, INT64_MAX);
       });
+}
+
+bool ParseCacheReport(const json& body, int64_t now_ms, std::optional<NodeCache>* cache,
+                      std::vector<FieldError>* errors) {
+  cache->reset();
+  auto it = body.find("cache");
+  if (it == body.end() || it->is_null()) return true;
+  const size_t before = errors->size();
+  if (!CheckObject(*it, "cache", errors)) return false;
+  FieldReader reader(*it, "cache.", errors);
+  reader.RejectUnknown({"quota_bytes", "bytes", "entries", "hit_bytes", "fetched_bytes", "inputs"});
+  constexpr int64_t kMaxBytes = INT64_MAX / 4;
+  NodeCache out;
+  out.reported_at_ms = now_ms;
+  out.quota_bytes = reader.Int("quota_bytes", true, 0, kMaxBytes).value_or(0);
+  out.bytes = reader.Int("bytes", true, 0, kMaxBytes).value_or(0);
+  out.entries = reader.Int("entries", true, 0, kMaxBytes).value_or(0);
+  out.hit_bytes = reader.Int("hit_bytes", true, 0, kMaxBytes).value_or(0);
+  out.fetched_bytes = reader.Int("fetched_bytes", true, 0, kMaxBytes).value_or(0);
+  if (const json* inputs = reader.Array("inputs", NodeCache::kMaxInputs)) {
+    std::set<std::pair<std::string, std::string>> seen;
+    for (size_t i = 0; i < inputs->size(); ++i) {
+      const std::string field = "cache.inputs[" + std::to_string(i) + "]";
+      if (!CheckObject((*inputs)[i], field, errors)) continue;
+      FieldReader input_reader((*inputs)[i], field + ".", errors);
+      input_reader.RejectUnknown({"tenant", "digest", "bytes", "total_bytes"});
+      NodeCache::Input input;
+      input.tenant = input_reader.Name("tenant", true).value_or("");
+      if (auto digest = input_reader.String("digest", true, 0, 128)) {
+        if (digest->rfind("sha256:", 0) != 0 ||
+            !CheckSha256(std::string_view(*digest).substr(7)).empty()) {
+          input_reader.Fail("digest", "must be \"sha256:\" and 64 lower-case hex digits");
+        }
+        input.digest = *digest;
+      }
+      auto bytes = input_reader.Int("bytes", true, 0, kMaxBytes);
+      auto total = input_reader.Int("total_bytes", true, 0, kMaxBytes);
+      if (bytes && total && *bytes > *total) {
+        input_reader.Fail("bytes", "must be at most total_bytes (" + std::to_string(*total) + ")");
+      }
+      if (!input.tenant.empty() && !input.digest.empty() &&
+          !seen.emplace(input.tenant, input.digest).second) {
+        input_reader.Fail("digest", "listed twice for tenant " + input.tenant);
+      }
+      input.bytes = bytes.value_or(0);
+      input.total_bytes = total.value_or(0);
+      if (input.bytes > 0) out.inputs.push_back(std::move(input));
+    }
+  }
+  if (errors->size() != before) return false;
+  *cache = std::move(out);
+  return true;
 }
 
 std::optional<std::string> ParseAdvertisedAddress(const json& body,

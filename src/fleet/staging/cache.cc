@@ -174,6 +174,7 @@ void ContentCache::DropLocked(const std::string& key, bool tampered) {
   if (it->second.holders.empty()) lru_.erase({it->second.last_use, key});
   for (const std::string& holder : it->second.holders) pins_[holder].erase(key);
   stats_.bytes_used -= it->second.size;
+  ++generation_;
   if (tampered) {
     ++stats_.tampered;
   } else {
@@ -269,6 +270,7 @@ Result<ContentCache::Acquired> ContentCache::Acquire(const std::string& tenant,
   entry.last_use = ++clock_;
   lru_.emplace(entry.last_use, key);
   stats_.bytes_used += entry.size;
+  ++generation_;
   ++stats_.misses;
   const int64_t fetched = *size - resumed;
   stats_.bytes_fetched += fetched;
@@ -418,6 +420,7 @@ CacheStats ContentCache::Stats() const {
   CacheStats out = stats_;
   out.entries = static_cast<int64_t>(entries_.size());
   out.quota_bytes = options_.quota_bytes;
+  out.generation = generation_;
   out.bytes_pinned = 0;
   for (const auto& [key, entry] : entries_) {
     if (!entry.holders.empty()) out.bytes_pinned += entry.size;
