@@ -62,6 +62,7 @@
 #include "ferry/fleet/store.h"
 #include "fleet/server/api_tokens.h"
 #include "fleet/server/in_flight_keys.h"
+#include "fleet/server/node_caches.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/scheduler_view.h"
@@ -234,6 +235,8 @@ class FleetServer {
   void WatchJobs(Call& c);
   void ListNodes(Call& c);
   void GetNode(Call& c);
+  // A node as GET /v1/nodes shows it to `viewer`, with its cache report.
+  nlohmann::json NodeJson(const Node& node, const Principal& viewer) const;
   void SetDrain(Call& c, bool drain);
   void ListPools(Call& c);
   void ListGpus(Call& c);
@@ -412,6 +415,8 @@ class FleetServer {
   // server learns it again within a sync interval).
   std::mutex address_mu_;
   std::map<std::string, std::string> node_addresses_;
+  // Each node's latest input cache report (node_caches.h), also not stored.
+  NodeCaches caches_;
 
   std::mutex log_mu_;
   std::condition_variable log_cv_;

@@ -31,6 +31,7 @@ void FleetServer::MaintenanceLoop() {
       metrics_.LeaseExpired(static_cast<int64_t>(expired->lost_nodes.size()));
       checker_.NodesChanged();
       for (const std::string& node : expired->lost_nodes) {
+        caches_.Forget(node);
         ServerLog().Warn("node " + node + " lost (lease expired)", {{"node", node}});
       }
       // Gang peers of lost tasks run on healthy nodes: every agent re-syncs.

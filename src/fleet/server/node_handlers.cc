@@ -20,6 +20,15 @@ void HideForeignJobs(const Principal& viewer, Node& node) {
 
 }  // namespace
 
+json FleetServer::NodeJson(const Node& node, const Principal& viewer) const {
+  json out = ToJson(node);
+  // A lost node's report is gone with its agent.
+  out["cache"] = NodeCacheJson(
+      node.state == NodeState::kLost ? std::nullopt : caches_.Get(node.name, node.instance),
+      viewer);
+  return out;
+}
+
 void FleetServer::ListNodes(Call& c) {
   if (!OnlyParams(c, {})) return;
   Result<std::vector<Node>> nodes = store_->ListNodes();
@@ -27,7 +36,7 @@ void FleetServer::ListNodes(Call& c) {
   json list = json::array();
   for (Node& node : *nodes) {
     HideForeignJobs(c.principal, node);
-    list.push_back(ToJson(node));
+    list.push_back(NodeJson(node, c.principal));
   }
   SendJson(c, 200, {{"nodes", std::move(list)}});
 }
@@ -38,7 +47,7 @@ void FleetServer::GetNode(Call& c) {
   if (!node.ok()) return SendStoreError(c, node.status());
   if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + c.captures.at(0));
   HideForeignJobs(c.principal, **node);
-  SendJson(c, 200, ToJson(**node));
+  SendJson(c, 200, NodeJson(**node, c.principal));
 }
 
 void FleetServer::SetDrain(Call& c, bool drain) {
@@ -53,7 +62,7 @@ void FleetServer::SetDrain(Call& c, bool drain) {
   if (!node.ok()) return SendStoreError(c, node.status());
   if (!node->has_value()) return SendProblem(c, 404, "not-found", "no node " + name);
   HideForeignJobs(c.principal, **node);
-  SendJson(c, 200, ToJson(**node));
+  SendJson(c, 200, NodeJson(**node, c.principal));
 }
 
 void FleetServer::ListPools(Call& c) {

@@ -58,6 +58,15 @@ std::optional<NodeRegistration> ParseNodeRegistration(const nlohmann::json& body
 std::optional<std::string> ParseAdvertisedAddress(const nlohmann::json& body,
                                                   std::vector<FieldError>* errors);
 
+// The optional "cache" of a sync body (the node's input cache report, see
+// NodeCache): nullopt in `*cache` when absent or null. False, with field
+// errors, when it breaks a rule: counters are integers >= 0, at most
+// NodeCache::kMaxInputs inputs, each with a tenant name, a digest
+// ("sha256:" and 64 lower-case hex digits), 0 <= bytes <= total_bytes, no
+// (tenant, digest) twice. Inputs with 0 bytes are dropped.
+bool ParseCacheReport(const nlohmann::json& body, int64_t now_ms, std::optional<NodeCache>* cache,
+                      std::vector<FieldError>* errors);
+
 std::optional<SyncRequest> ParseSyncRequest(const nlohmann::json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors);
 std::optional<AgentLogUpload> ParseAgentLogUpload(const nlohmann::json& body,

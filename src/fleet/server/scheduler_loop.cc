@@ -33,6 +33,7 @@ Status FleetServer::SchedulingPass() {
   snapshot.now_s = static_cast<double>(now) / 1000.0;
   if (provisioning_) snapshot.provisioning = provisioning_->Provisioning(snapshot.nodes);
   idle_.Apply(&snapshot);
+  caches_.AddCachedBytes(&snapshot);
   sched::Decision decision;
   {
     std::lock_guard<std::mutex> lock(core_.mu);
