@@ -581,6 +581,14 @@ TEST(SimulatorStaging, SharedDataSetIsFetchedOnceWithTheCache) {
   EXPECT_DOUBLE_EQ(f.staging_gpu_hours, 400.0 / 3600);
   EXPECT_DOUBLE_EQ(f.cache_hit_ratio, 0);
 
+  // Tenants never share cache entries: j2 of another tenant fetches a again: [200, 300], to 350.
+  std::vector<TraceJob> two_tenants = trace;
+  two_tenants[1].tenant = "u";
+  ASSERT_OK_AND_ASSIGN(SimResult apart,
+                       Simulate(config, two_tenants, WithStaging(Staging::kStageOnAdmit)));
+  EXPECT_DOUBLE_EQ(apart.jobs[1].cached_gb, 0);
+  EXPECT_DOUBLE_EQ(apart.jobs[1].end_s, 350);
+
   // Without staging the same trace ends at 100 and 150, as before.
   ASSERT_OK_AND_ASSIGN(SimResult off, Simulate(config, trace, Instant()));
   EXPECT_DOUBLE_EQ(off.jobs[1].end_s, 150);

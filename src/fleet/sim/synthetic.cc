@@ -43,14 +43,20 @@ class Rng {
 
 constexpr int kMaxJobs = 10'000'000;
 
-int Pick(Rng& rng, const std::vector<Choice>& choices) {
-  double u = rng.Uniform();
+// The first choice whose cumulative probability exceeds u in [0, 1) (the last
+// one when rounding leaves the sum short of u).
+template <typename T>
+const T& PickAt(double u, const std::vector<T>& choices) {
   double acc = 0;
-  for (const auto& c : choices) {
+  for (const T& c : choices) {
     acc += c.probability;
-    if (u < acc) return c.value;
+    if (u < acc) return c;
   }
-  return choices.back().value;
+  return choices.back();
+}
+
+int Pick(Rng& rng, const std::vector<Choice>& choices) {
+  return PickAt(rng.Uniform(), choices).value;
 }
 
 Status CheckChoices(const std::vector<Choice>& choices, const char* name, int min_value) {
@@ -448,19 +454,7 @@ Result<std::vector<TraceJob>> GenerateSynthetic(const SyntheticOptions& o) {
       }
       job.max_runtime_s = std::isfinite(limit) ? limit : want;
     }
-    if (!o.datasets.empty()) {
-      const double u = dataset_rng.Uniform();
-      double acc = 0;
-      const DatasetChoice* pick = &o.datasets.back();
-      for (const DatasetChoice& d : o.datasets) {
-        acc += d.probability;
-        if (u < acc) {
-          pick = &d;
-          break;
-        }
-      }
-      job.datasets = {pick->name};
-    }
+    if (!o.datasets.empty()) job.datasets = {PickAt(dataset_rng.Uniform(), o.datasets).name};
     jobs.push_back(std::move(job));
   }
   return jobs;
