@@ -1903,5 +1903,248 @@ TEST(FleetServer, AssignmentsCarryInputsAndStagingReportsReachTheTimeline) {
   ExpectProblem(report("prefetched", ""), 422, "validation");
 }
 
+// ---- Node cache reports (POST /v1/agent/sync "cache", GET /v1/nodes).
+
+namespace caches {
+
+std::string Digest(char hex) { return "sha256:" + std::string(64, hex); }
+
+json CacheReport(json inputs) {
+  return {{"quota_bytes", 10000}, {"bytes", 3000},        {"entries", 4},
+          {"hit_bytes", 300},     {"fetched_bytes", 100}, {"inputs", std::move(inputs)}};
+}
+
+json SyncWithCache(const std::string& node, const json& cache) {
+  return {{"node", node}, {"instance", node + "-i1"}, {"cache", cache}};
+}
+
+const json* NodeNamed(const Reply& reply, const std::string& name) {
+  if (!reply.body.is_object() || !reply.body.contains("nodes")) return nullptr;
+  for (const json& node : reply.body["nodes"]) {
+    if (node["name"] == name) return &node;
+  }
+  return nullptr;
+}
+
+}  // namespace caches
+
+TEST(FleetServer, NodeCacheReportsAreValidatedAndShownPerTenant) {
+  using caches::CacheReport;
+  using caches::Digest;
+  using caches::SyncWithCache;
+  using datasets::ErrorDetail;
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& agent = server.agent();
+  ASSERT_EQ(server.Post("/v1/agent/register", agent, GpuNode("gpu-a", "T4", 1)).status, 200);
+  ASSERT_EQ(server.Post("/v1/agent/register", agent, GpuNode("gpu-b", "T4", 1)).status, 200);
+  const std::string ana = server.CreateUser("acme", "vision", "ana", "user");
+  const std::string gil = server.CreateUser("globex", "nlp", "gil", "user");
+
+  // No report yet: null.
+  Reply before = server.Get("/v1/nodes", server.admin());
+  ASSERT_NE(caches::NodeNamed(before, "gpu-a"), nullptr) << before.raw;
+  EXPECT_TRUE((*caches::NodeNamed(before, "gpu-a"))["cache"].is_null());
+
+  const json inputs = {
+      {{"tenant", "acme"}, {"digest", Digest('a')}, {"bytes", 1000}, {"total_bytes", 1000}},
+      {{"tenant", "globex"}, {"digest", Digest('b')}, {"bytes", 500}, {"total_bytes", 2000}},
+      {{"tenant", "acme"}, {"digest", Digest('c')}, {"bytes", 0}, {"total_bytes", 10}}};
+  Reply synced = server.Post("/v1/agent/sync", agent, SyncWithCache("gpu-a", CacheReport(inputs)));
+  ASSERT_EQ(synced.status, 200) << synced.raw;
+
+  Reply all = server.Get("/v1/nodes", server.admin());
+  const json& cache = (*caches::NodeNamed(all, "gpu-a"))["cache"];
+  ASSERT_TRUE(cache.is_object()) << all.raw;
+  EXPECT_EQ(cache["quota_bytes"], 10000);
+  EXPECT_EQ(cache["bytes"], 3000);
+  EXPECT_EQ(cache["entries"], 4);
+  EXPECT_EQ(cache["hit_bytes"], 300);
+  EXPECT_EQ(cache["fetched_bytes"], 100);
+  EXPECT_DOUBLE_EQ(cache["hit_ratio"].get<double>(), 0.75);
+  ASSERT_EQ(cache["inputs"].size(), 2u) << cache.dump();  // the 0-byte input is dropped
+  EXPECT_EQ(cache["inputs"][0]["tenant"], "acme");
+  EXPECT_EQ(cache["inputs"][1]["tenant"], "globex");
+  EXPECT_EQ(cache["inputs"][1]["total_bytes"], 2000);
+  EXPECT_TRUE((*caches::NodeNamed(all, "gpu-b"))["cache"].is_null());
+
+  // A tenant sees the sizes and only its own inputs.
+  const json mine = server.Get("/v1/nodes/gpu-a", ana).body["cache"];
+  ASSERT_EQ(mine["inputs"].size(), 1u) << mine.dump();
+  EXPECT_EQ(mine["inputs"][0]["digest"], Digest('a'));
+  EXPECT_EQ(mine["bytes"], 3000);
+  const json theirs = server.Get("/v1/nodes/gpu-a", gil).body["cache"];
+  ASSERT_EQ(theirs["inputs"].size(), 1u);
+  EXPECT_EQ(theirs["inputs"][0]["digest"], Digest('b'));
+  EXPECT_EQ(server.Get("/v1/nodes", ana).raw.find(Digest('b')), std::string::npos);
+
+  // Bad reports: 422 naming the field; the last good report stays.
+  auto refused = [&](const json& bad, const std::string& field) {
+    Reply reply = server.Post("/v1/agent/sync", agent, SyncWithCache("gpu-a", bad));
+    ExpectProblem(reply, 422, "validation");
+    EXPECT_NE(ErrorDetail(reply, field), "") << field << ": " << reply.raw;
+  };
+  refused(json::array(), "cache");
+  json negative = CacheReport(json::array());
+  negative["bytes"] = -1;
+  refused(negative, "cache.bytes");
+  json missing = CacheReport(json::array());
+  missing.erase("quota_bytes");
+  refused(missing, "cache.quota_bytes");
+  json fractional = CacheReport(json::array());
+  fractional["hit_bytes"] = 1.5;
+  refused(fractional, "cache.hit_bytes");
+  json unknown = CacheReport(json::array());
+  unknown["hits"] = 1;
+  refused(unknown, "cache.hits");
+  refused(CacheReport(
+              {{{"tenant", "acme"}, {"digest", "sha256:ABC"}, {"bytes", 1}, {"total_bytes", 1}}}),
+          "cache.inputs[0].digest");
+  refused(CacheReport({{{"tenant", "acme"},
+                        {"digest", std::string(64, 'a')},
+                        {"bytes", 1},
+                        {"total_bytes", 1}}}),
+          "cache.inputs[0].digest");
+  refused(CacheReport({{{"tenant", "no such/tenant"},
+                        {"digest", Digest('a')},
+                        {"bytes", 1},
+                        {"total_bytes", 1}}}),
+          "cache.inputs[0].tenant");
+  refused(CacheReport(
+              {{{"tenant", "acme"}, {"digest", Digest('a')}, {"bytes", 5}, {"total_bytes", 4}}}),
+          "cache.inputs[0].bytes");
+  refused(CacheReport({{{"tenant", "acme"}, {"digest", Digest('a')}, {"bytes", 1}}}),
+          "cache.inputs[0].total_bytes");
+  refused(CacheReport({{{"tenant", "acme"},
+                        {"digest", Digest('a')},
+                        {"bytes", 1},
+                        {"total_bytes", 1},
+                        {"path", "/x"}}}),
+          "cache.inputs[0].path");
+  const json one = {{"tenant", "acme"}, {"digest", Digest('a')}, {"bytes", 1}, {"total_bytes", 1}};
+  refused(CacheReport({one, one}), "cache.inputs[1].digest");
+  refused(CacheReport(json::array({one, 3})), "cache.inputs[1]");
+  json many = json::array();
+  for (int i = 0; i < 257; ++i) {
+    char hex[65];
+    std::snprintf(hex, sizeof hex, "%064x", i);
+    many.push_back({{"tenant", "acme"},
+                    {"digest", std::string("sha256:") + hex},
+                    {"bytes", 1},
+                    {"total_bytes", 1}});
+  }
+  refused(CacheReport(many), "cache.inputs");
+  many.erase(many.size() - 1);
+  // 256 are fine.
+  ASSERT_EQ(server.Post("/v1/agent/sync", agent, SyncWithCache("gpu-b", CacheReport(many))).status,
+            200);
+  EXPECT_EQ(server.Get("/v1/nodes/gpu-b", server.admin()).body["cache"]["inputs"].size(), 256u);
+  EXPECT_EQ(server.Get("/v1/nodes/gpu-a", server.admin()).body["cache"]["inputs"].size(), 2u);
+
+  // A sync without "cache" keeps the report; a stale instance's report is not taken.
+  ASSERT_EQ(
+      server.Post("/v1/agent/sync", agent, {{"node", "gpu-a"}, {"instance", "gpu-a-i1"}}).status,
+      200);
+  EXPECT_EQ(server.Get("/v1/nodes/gpu-a", server.admin()).body["cache"]["bytes"], 3000);
+  json stale = SyncWithCache("gpu-a", CacheReport(json::array()));
+  stale["instance"] = "gpu-a-old";
+  stale["cache"]["bytes"] = 1;
+  server.Post("/v1/agent/sync", agent, stale);
+  EXPECT_EQ(server.Get("/v1/nodes/gpu-a", server.admin()).body["cache"]["bytes"], 3000);
+
+  // Re-registration (a new agent instance): the report goes until it sends one.
+  json again = GpuNode("gpu-a", "T4", 1);
+  again["instance"] = "gpu-a-i2";
+  ASSERT_EQ(server.Post("/v1/agent/register", agent, again).status, 200);
+  EXPECT_TRUE(server.Get("/v1/nodes/gpu-a", server.admin()).body["cache"].is_null());
+}
+
+TEST(FleetServer, JobsGoToTheNodeHoldingTheirInputs) {
+  using caches::CacheReport;
+  using caches::SyncWithCache;
+  TestServer server;
+  ASSERT_TRUE(server.ok());
+  const std::string& admin = server.admin();
+  const std::string& agent = server.agent();
+  ASSERT_EQ(server.Post("/v1/agent/register", agent, GpuNode("gpu-a", "T4", 1)).status, 200);
+  ASSERT_EQ(server.Post("/v1/agent/register", agent, GpuNode("gpu-b", "T4", 1)).status, 200);
+  const std::string hex(64, 'd');
+  auto submit = [&](const std::string& name, bool with_input) {
+    json spec = SimpleJob(name);
+    spec["gpus_per_task"] = 1;
+    if (with_input) {
+      spec["inputs"] = {
+          {{"name", "weights"}, {"uri", "https://h/w.bin"}, {"sha256", hex}, {"size", 4096}}};
+    }
+    Reply created = server.Post("/v1/jobs", admin, spec);
+    EXPECT_EQ(created.status, 201) << created.raw;
+    return created.body.value("id", int64_t{0});
+  };
+  auto node_of = [&](int64_t id) {
+    json job;
+    EXPECT_TRUE(WaitFor([&] {
+      job = server.Get("/v1/jobs/" + std::to_string(id), admin).body;
+      return job.is_object() && job["state"] == "ADMITTED";
+    })) << job.dump();
+    return job["placement"].empty() ? std::string() : job["placement"][0].value("node", "");
+  };
+  auto cancel = [&](int64_t id) {
+    ASSERT_EQ(
+        server.Post("/v1/jobs/" + std::to_string(id) + ":cancel", admin, json::object()).status,
+        200);
+  };
+
+  // Nothing cached: the ordinary rule picks one node; a job with the input
+  // goes to the same one.
+  const int64_t plain = submit("plain", false);
+  const std::string ordinary = node_of(plain);
+  ASSERT_FALSE(ordinary.empty());
+  cancel(plain);
+  const std::string other = ordinary == "gpu-a" ? "gpu-b" : "gpu-a";
+  // Wait until both GPUs are free again.
+  ASSERT_TRUE(WaitFor([&] {
+    Reply gpus = server.Get("/v1/gpus", admin);
+    for (const json& gpu : gpus.body["gpus"]) {
+      if (gpu["allocated"].get<bool>()) {
+        server.Post("/v1/agent/sync", agent,
+                    {{"node", gpu["node"]}, {"instance", gpu["node"].get<std::string>() + "-i1"}});
+        return false;
+      }
+    }
+    return true;
+  }));
+
+  // The other node reports the input (tenant "default", the admin's): the
+  // job goes there; a job without it still goes where the rule says.
+  const json held = {
+      {{"tenant", "default"}, {"digest", "sha256:" + hex}, {"bytes", 4096}, {"total_bytes", 4096}}};
+  ASSERT_EQ(server.Post("/v1/agent/sync", agent, SyncWithCache(other, CacheReport(held))).status,
+            200);
+  const int64_t local = submit("local", true);
+  EXPECT_EQ(node_of(local), other);
+  const int64_t after = submit("after", false);
+  EXPECT_EQ(node_of(after), ordinary);
+
+  // Another tenant's copy of the same bytes does not count.
+  cancel(local);
+  cancel(after);
+  json foreign = held;
+  foreign[0]["tenant"] = "globex";
+  ASSERT_EQ(server.Post("/v1/agent/sync", agent, SyncWithCache(other, CacheReport(foreign))).status,
+            200);
+  ASSERT_TRUE(WaitFor([&] {
+    Reply gpus = server.Get("/v1/gpus", admin);
+    for (const json& gpu : gpus.body["gpus"]) {
+      if (gpu["allocated"].get<bool>()) {
+        server.Post("/v1/agent/sync", agent,
+                    {{"node", gpu["node"]}, {"instance", gpu["node"].get<std::string>() + "-i1"}});
+        return false;
+      }
+    }
+    return true;
+  }));
+  EXPECT_EQ(node_of(submit("foreign", true)), ordinary);
+}
+
 }  // namespace
 }  // namespace ferry::fleet
