@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "base/yaml_tree.h"
 #include "cli/dataset_cli.h"
@@ -203,6 +205,22 @@ bool ParseJobId(const std::string& text, int64_t* id) {
   }
   *id = std::stoll(text);
   return *id > 0;
+}
+
+// A node's cache report as two cells: "1.2 GiB/10.0 GiB" and "75%" ("-"
+// without a report, or before anything was staged for the ratio).
+std::pair<std::string, std::string> CacheCells(const json& node) {
+  const json cache = node.value("cache", json());
+  if (!cache.is_object()) return {"-", "-"};
+  const int64_t bytes = cache.value("bytes", int64_t{0});
+  const int64_t quota = cache.value("quota_bytes", int64_t{0});
+  std::string ratio = "-";
+  if (cache.contains("hit_ratio") && cache["hit_ratio"].is_number()) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.0f%%", 100.0 * cache["hit_ratio"].get<double>());
+    ratio = text;
+  }
+  return {fleet::FormatBytes(bytes) + "/" + fleet::FormatBytes(quota), ratio};
 }
 
 }  // namespace
@@ -1110,8 +1128,8 @@ int FleetCommands::State::Nodes(Client& client) {
     PrintJson(response->body);
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "POOL", "STATE", "GPUS", "FREE", "MODELS", "CPUS", "MEMORY_MB", "HEARTBEAT"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "POOL", "STATE", "GPUS", "FREE", "MODELS",
+                                                 "CPUS", "MEMORY_MB", "CACHE", "HIT", "HEARTBEAT"}};
   for (const auto& node : response->body.value("nodes", json::array())) {
     const json gpus = node.value("gpus", json::array());
     int free = 0;
@@ -1132,9 +1150,11 @@ int FleetCommands::State::Nodes(Client& client) {
     std::string state = Field(node, "state");
     if (node.value("drain", false)) state += ",DRAIN";
     if (!node.value("unavailable", std::string()).empty()) state += ",UNAVAILABLE";
+    auto [cache, hit] = CacheCells(node);
     rows.push_back({Field(node, "name"), Field(node, "pool"), state, std::to_string(gpus.size()),
                     std::to_string(free), model_text.empty() ? "-" : model_text,
-                    Field(node, "cpus"), Field(node, "memory_mb"), Age(node, "last_heartbeat")});
+                    Field(node, "cpus"), Field(node, "memory_mb"), std::move(cache), std::move(hit),
+                    Age(node, "last_heartbeat")});
   }
   std::cout << FormatTable(rows);
   return kExitOk;

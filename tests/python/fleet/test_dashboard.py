@@ -350,6 +350,12 @@ def test_an_admin_drains_and_undrains_a_node_from_the_page(browser):
     browser.open(page, "overview")
     expect(page.locator("#heatmap .gpu.drained")).to_have_count(2)
     browser.open(page, "nodes")
+    # Each agent's input cache, as it reported it after registering: empty,
+    # the default 10 GiB quota, no hit ratio before anything was staged.
+    expect(page.locator("#nodes-table thead")).to_contain_text("Cache")
+    cache_a = page.locator("#nodes-table tbody tr", has_text="node-a").locator("td.cache")
+    expect(cache_a).to_have_text("0 B / 10.0 GiB")
+    assert browser.server.admin("GET", "/v1/nodes/node-a")["cache"]["hit_ratio"] is None
     expect(page.locator("#cycles-table tbody tr").first).not_to_contain_text("no cycle")
     expect(page.locator("#scheduler")).to_contain_text("fifo")
     browser.shot(page, "nodes")

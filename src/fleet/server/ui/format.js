@@ -1,4 +1,4 @@
-// Formatting shared by the pages: times, durations, GPU counts.
+// Formatting shared by the pages: times, durations, GPU counts, byte sizes.
 
 export const JOB_STATES = ['PENDING', 'ADMITTED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED',
   'TIMEOUT', 'PREEMPTED', 'LOST'];
@@ -47,6 +47,19 @@ export function ago(text) {
 export function percent(part, whole) {
   if (!whole) return '–';
   return Math.round((100 * part) / whole) + ' %';
+}
+
+// 1288490188 -> "1.2 GiB" (binary units, as the CLI prints them).
+export function bytes(n) {
+  if (n === null || n === undefined || !isFinite(n)) return '';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let value = Number(n);
+  let unit = 0;
+  while (value >= 1024 && unit + 1 < units.length) {
+    value /= 1024;
+    unit++;
+  }
+  return (unit === 0 ? String(Math.round(value)) : value.toFixed(1)) + ' ' + units[unit];
 }
 
 export function count(n, truncated) {

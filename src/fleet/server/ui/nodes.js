@@ -1,10 +1,10 @@
-// Nodes and pools: every node's state, GPUs and lease (GET /v1/nodes), the
+// Nodes and pools: every node's state, GPUs, input cache and lease (GET /v1/nodes), the
 // pools (GET /v1/pools), drain and undrain for platform admins, and for them
 // too the providers with their circuit breakers and the scheduler's recent
 // cycles (GET /v1/scheduler; the page keeps the cycles it has seen).
 import {api, get, isAdmin, schedulerState} from './api.js';
 import {badge, facts, fill, h, section, table} from './dom.js';
-import {ago, labels, time} from './format.js';
+import {ago, bytes, labels, time} from './format.js';
 
 const CYCLES_KEPT = 20;
 // The cycles seen while the dashboard is open, newest first.
@@ -14,6 +14,20 @@ function gpuSummary(node) {
   const models = new Map();
   for (const gpu of node.gpus) models.set(gpu.model, (models.get(gpu.model) || 0) + 1);
   return [...models.entries()].map(([m, n]) => n + ' × ' + m).join(', ') || 'none';
+}
+
+// The node's input cache as its agent last reported it: bytes / quota, with
+// the inputs it holds (those the viewer may see) in the tooltip.
+function cacheCells(node) {
+  const cache = node.cache;
+  if (!cache) return [{value: '–', class: 'num'}, {value: '–', class: 'num'}];
+  const held = (cache.inputs || []).map((i) => i.tenant + ' ' + i.digest.slice(0, 19) + '… ' +
+    bytes(i.bytes) + ' / ' + bytes(i.total_bytes));
+  const ratio = cache.hit_ratio === null || cache.hit_ratio === undefined ? '–' :
+    Math.round(100 * cache.hit_ratio) + ' %';
+  return [{value: bytes(cache.bytes) + ' / ' + bytes(cache.quota_bytes), class: 'num cache',
+    title: cache.entries + ' entries' + (held.length ? '\n' + held.join('\n') : '')},
+  {value: ratio, class: 'num'}];
 }
 
 export function mount(main, context) {
@@ -49,7 +63,8 @@ export function mount(main, context) {
       [node.drain ? 'drained' : '', node.unavailable].filter(Boolean).join(' · '),
       gpuSummary(node), {value: inUse + ' / ' + node.gpus.length, class: 'num'},
       {value: node.cpus, class: 'num'}, {value: Math.round(node.memory_mb / 1024) + ' GiB',
-        class: 'num'}, labels(node.labels), ago(node.last_heartbeat), time(node.lease_expires_at)];
+        class: 'num'}, ...cacheCells(node), labels(node.labels), ago(node.last_heartbeat),
+      time(node.lease_expires_at)];
     if (admin) {
       row.push(h('button', {type: 'button', class: node.drain ? '' : 'danger',
         dataset: {node: node.name, action: node.drain ? 'undrain' : 'drain'},
@@ -62,7 +77,7 @@ export function mount(main, context) {
     const [nodeList, poolList, sched] = await Promise.all([get('/v1/nodes'), get('/v1/pools'),
       schedulerState(me)]);
     const columns = ['Node', 'Pool', 'State', 'Drain', 'GPUs', 'In use', 'CPUs', 'Memory',
-      'Labels', 'Last heartbeat', 'Lease until'];
+      'Cache', 'Cache hits', 'Labels', 'Last heartbeat', 'Lease until'];
     if (admin) columns.push('');
     fill(nodes, table(columns, [...nodeList.nodes].sort((a, b) => a.name.localeCompare(b.name))
         .map(nodeRow), 'No node has registered.', {id: 'nodes-table'}));
