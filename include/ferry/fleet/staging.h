@@ -45,6 +45,9 @@ struct StorageConfig {
   int64_t connect_timeout_ms = 10'000;
   // A transfer slower than 1 KiB/s for this long is abandoned (and retried).
   int64_t stall_timeout_ms = 30'000;
+  // Each HTTP(S)/S3 download is held at or below this rate; 0: no limit.
+  // Keeps staging from starving the node's network (checkpoints, NCCL).
+  int64_t max_bytes_per_second = 0;
 };
 
 // Reads the YAML storage configuration (docs/fleet-staging.md#storage-configuration).

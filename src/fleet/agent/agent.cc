@@ -702,6 +702,7 @@ class Agent {
   int64_t lease_ms_ = 10'000;
   int64_t stop_grace_ms_ = 10'000;
   bool cache_report_due_ = true;  // send the cache report with the next sync
+  bool cache_reports_on_ = true;  // off after the server refused one
   std::deque<PendingReport> pending_;
 
   // Destroyed in reverse: the metrics listener (which reads the runner, the
@@ -1116,7 +1117,8 @@ Status Agent::Run() {
                         {"running", running_json},
                         {"reports", reports}};
     // What the node cache holds, when it changed (and after each registration).
-    std::optional<json> cache_report = stager_->CacheReport(cache_report_due_);
+    std::optional<json> cache_report;
+    if (cache_reports_on_) cache_report = stager_->CacheReport(cache_report_due_);
     if (cache_report) {
       (*request.body)["cache"] = std::move(*cache_report);
       cache_report_due_ = true;  // until a sync carrying it succeeds
@@ -1167,6 +1169,17 @@ Status Agent::Run() {
     }
     // Interrupted on purpose (a task started or ended): sync again right away.
     if (!result.ok() && wake_.load()) continue;
+    if (result.ok() && result->status == 422 && cache_report && cache_reports_on_) {
+      // A server that refuses the cache report (an older one, or a rule this
+      // agent breaks) must not cost the node its lease: go on without it.
+      Warn("the server refused the node cache report (" +
+               DescribeErrorResponse(result->status, result->Header("content-type"),
+                                     result->raw_body) +
+               "); syncing without it",
+           {{"node", options_.node_name}});
+      cache_reports_on_ = false;
+      continue;
+    }
     std::string message =
         result.ok() ? DescribeErrorResponse(result->status, result->Header("content-type"),
                                             result->raw_body)

@@ -194,7 +194,8 @@ std::optional<nlohmann::json> InputStager::CacheReport(bool force) {
     inputs.push_back({{"tenant", key.first},
                       {"digest", key.second},
                       {"bytes", present},
-                      {"total_bytes", known.total}});
+                      // Objects of unknown size count as what is present of them.
+                      {"total_bytes", std::max(known.total, present)}});
   }
   return nlohmann::json{{"quota_bytes", stats.quota_bytes},
                         {"bytes", stats.bytes_used},

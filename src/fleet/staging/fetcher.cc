@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "ferry/fleet/staging.h"
@@ -58,7 +60,25 @@ struct Transfer {
   long status = 0;
   bool sink_stopped = false;
   std::string error_body;  // the start of an error response, for the message
+  // The rate limit: libcurl's own lets the socket buffers' worth through at
+  // once, so the write callback paces the transfer (TCP then slows the sender).
+  int64_t max_bytes_per_second = 0;
+  int64_t received = 0;
+  std::chrono::steady_clock::time_point started;
 };
+
+// Sleeps until `t->received` bytes are within the rate limit, in steps that
+// notice a cancel.
+void Pace(Transfer* t) {
+  if (t->max_bytes_per_second <= 0) return;
+  const auto due =
+      t->started + std::chrono::microseconds(t->received * 1'000'000 / t->max_bytes_per_second);
+  while (std::chrono::steady_clock::now() < due) {
+    if (t->cancel != nullptr && t->cancel->load()) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        due - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
+  }
+}
 
 size_t OnData(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -75,6 +95,8 @@ size_t OnData(char* data, size_t size, size_t count, void* user) {
     t->sink_stopped = true;
     return 0;  // aborts the transfer
   }
+  t->received += static_cast<int64_t>(bytes);
+  Pace(t);
   return bytes;
 }
 
@@ -173,6 +195,8 @@ Status ObjectFetcher::FetchHttp(const std::string& url, const S3Endpoint* signer
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
   if (!config_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_file.c_str());
+  t.max_bytes_per_second = config_.max_bytes_per_second;
+  t.started = std::chrono::steady_clock::now();
   if (offset > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
   if (signer != nullptr && !signer->access_key_id.empty()) {
     sigv4 = "aws:amz:" + signer->region + ":s3";

@@ -247,6 +247,22 @@ TEST_F(StagingTest, ResumesAPartialDownload) {
   EXPECT_FALSE(std::filesystem::exists(key_dir + "/" + ref.sha256));
 }
 
+TEST_F(StagingTest, AWholePartialIsVerifiedWithoutATransfer) {
+  ObjectServer server;
+  const std::string content = Bytes(50'000, 'w');
+  server.Put("/whole", content);
+  const StagedObject ref = Ref("whole", server.Url("/whole"), content);
+  const std::string key_dir = dir_ / ("cache/partial/" + Sha256Hex("acme").substr(0, 16));
+  std::filesystem::create_directories(key_dir);
+  std::ofstream(key_dir + "/" + ref.sha256, std::ios::binary) << content;
+  auto staged = Stage({{"in", {ref}}}, Dest("job-whole"));
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  EXPECT_EQ(server.Requests("/whole"), 0);
+  EXPECT_EQ(staged->bytes_fetched, 0);
+  EXPECT_EQ(cache_->Stats().bytes_resumed, 50'000);
+  EXPECT_EQ(ReadFile(dir_ / "job-whole/in/whole"), content);
+}
+
 TEST_F(StagingTest, APartialThatIsNoPrefixIsRefetchedWhole) {
   ObjectServer server;
   const std::string content = Bytes(10'000, 'p');
@@ -499,6 +515,7 @@ TEST(StorageConfigTest, ReadsEndpointsAndSecretReferences) {
   - endpoint: https://s3.example.com
 file_roots: [/mnt/shared/]
 allow_http: false
+max_bytes_per_second: 50M
 )");
   auto config = LoadStorageConfig(path);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
@@ -511,6 +528,7 @@ allow_http: false
   EXPECT_TRUE(config->s3[1].access_key_id.empty());
   EXPECT_EQ(config->file_roots, std::vector<std::string>{"/mnt/shared"});
   EXPECT_FALSE(config->allow_http);
+  EXPECT_EQ(config->max_bytes_per_second, 50LL << 20);
 }
 
 TEST(StorageConfigTest, RefusesInlineSecretsAndBadValues) {

@@ -100,17 +100,25 @@ Result<StorageConfig> LoadStorageConfig(const std::string& path) {
   yaml::Reporter reporter(path);
   FERRY_ASSIGN_OR_RAISE(yaml::Document document, yaml::Parse(text.str(), reporter));
   StorageConfig out;
-  FERRY_RETURN_NOT_OK(p.Mapping(
-      document.root(), "",
-      {"s3", "file_roots", "allow_http", "ca_file", "connect_timeout_ms", "stall_timeout_ms"},
-      [&](const std::string& key, const Ref& value, const std::string& at) -> Status {
-        if (key == "s3") return ReadList<S3Endpoint>(p, value, at, &out.s3, ReadEndpoint);
-        if (key == "file_roots") return p.StringList(value, at, &out.file_roots);
-        if (key == "allow_http") return p.Bool(value, at, &out.allow_http);
-        if (key == "ca_file") return p.String(value, at, &out.ca_file);
-        if (key == "connect_timeout_ms") return p.Int64(value, at, &out.connect_timeout_ms);
-        return p.Int64(value, at, &out.stall_timeout_ms);
-      }));
+  FERRY_RETURN_NOT_OK(
+      p.Mapping(document.root(), "",
+                {"s3", "file_roots", "allow_http", "ca_file", "connect_timeout_ms",
+                 "stall_timeout_ms", "max_bytes_per_second"},
+                [&](const std::string& key, const Ref& value, const std::string& at) -> Status {
+                  if (key == "s3") return ReadList<S3Endpoint>(p, value, at, &out.s3, ReadEndpoint);
+                  if (key == "file_roots") return p.StringList(value, at, &out.file_roots);
+                  if (key == "allow_http") return p.Bool(value, at, &out.allow_http);
+                  if (key == "ca_file") return p.String(value, at, &out.ca_file);
+                  if (key == "connect_timeout_ms")
+                    return p.Int64(value, at, &out.connect_timeout_ms);
+                  if (key == "max_bytes_per_second") {
+                    std::string text;
+                    FERRY_RETURN_NOT_OK(p.String(value, at, &text));
+                    FERRY_ASSIGN_OR_RAISE(out.max_bytes_per_second, ParseByteSize(text));
+                    return Status::OK();
+                  }
+                  return p.Int64(value, at, &out.stall_timeout_ms);
+                }));
   for (std::string& root : out.file_roots) {
     if (root.empty() || root.front() != '/') {
       return Status::Invalid(path + ": file_roots: '" + root + "' is not an absolute path");

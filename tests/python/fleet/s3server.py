@@ -37,7 +37,7 @@ class SeaweedS3:
         self.proc = None
         self.port = None
 
-    def start(self, timeout=60):
+    def start(self, timeout=120):
         ports = {name: harness.free_port() for name in
                  ("master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc",
                   "s3", "s3.grpc")}
@@ -64,10 +64,10 @@ class SeaweedS3:
         if self.proc.poll() is not None:
             raise AssertionError("weed exited:\n" + (self.dir / "weed.log").read_text()[-3000:])
         try:
-            self.rclone("lsd", "s3:", timeout=10)
+            self.rclone("lsd", "s3:", timeout=20)
             return True
-        except subprocess.CalledProcessError:
-            return False
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            return False  # not up yet (or the machine is busy): ask again
 
     def rclone_env(self):
         env = dict(os.environ)
@@ -91,7 +91,7 @@ class SeaweedS3:
     def mkbucket(self, bucket):
         self.rclone("mkdir", f"s3:{bucket}")
 
-    def storage_config(self, path, buckets=None, tenants=None):
+    def storage_config(self, path, buckets=None, tenants=None, extra=()):
         """A storage config for agents: this endpoint, credentials in files."""
         key_file = Path(path).parent / "s3.access_key_id"
         secret_file = Path(path).parent / "s3.secret_access_key"
@@ -103,6 +103,7 @@ class SeaweedS3:
             lines.append(f"    buckets: [{', '.join(buckets)}]")
         if tenants:
             lines.append(f"    tenants: [{', '.join(tenants)}]")
+        lines += list(extra)
         Path(path).write_text("\n".join(lines) + "\n")
         return str(path)
 

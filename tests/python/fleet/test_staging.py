@@ -7,6 +7,7 @@ events) prove what came from the network and what from the cache."""
 
 import hashlib
 import http.server
+import os
 import re
 import threading
 
@@ -149,6 +150,50 @@ def test_a_tampered_object_fails_the_job_staging_failed(fleet, s3, tmp_path):
     assert all(g.get("job_id") is None for g in node["gpus"]), node
 
 
+def test_an_agent_killed_mid_download_resumes_it(fleet, s3, tmp_path):
+    s3.mkbucket("lake")
+    big = os.urandom(32 << 20)
+    s3.put("lake", "ckpt/big.bin", big)
+    server = fleet.server(extra_args=["--lease-ms", "2000", "--rate", "0"])
+    # 4 MiB/s per download (after a first burst the socket buffers hold):
+    # the 32 MiB object takes several seconds.
+    config = s3.storage_config(tmp_path / "storage.yaml", extra=["max_bytes_per_second: 4M"])
+    port = harness.free_port()
+    args = ["--storage-config", config, "--metrics-listen", f"127.0.0.1:{port}",
+            "--sync-wait-ms", "500"]
+    agent = fleet.agent(server, "node-a", gpus="1xH200", extra_args=args)
+    register(server, "big", "s3://lake/ckpt/", {"big.bin": big})
+    job_id = server.admin("POST", "/v1/jobs", {
+        "name": "resume", "gpus_per_task": 1, "max_retries": 2,
+        "inputs": [{"name": "d", "dataset": "big"}],
+        "command": ["sh", "-c", 'sha256sum "$FERRY_INPUTS_DIR/d/big.bin"']})["id"]
+    partial_dir = agent.work_dir / "cache" / "partial"
+
+    def partial_bytes():
+        return sum(p.stat().st_size for p in partial_dir.rglob("*") if p.is_file())
+
+    harness.wait_for(lambda: partial_bytes() >= 12 << 20, 30, "12 MiB of the download on disk")
+    agent.proc.kill9_leader()
+    kept = partial_bytes()
+    assert 0 < kept < len(big)
+    # No entry was made from the cut download.
+    assert not list((agent.work_dir / "cache" / "objects").rglob("*.bin"))
+    assert all(not p.is_file() for p in (agent.work_dir / "cache" / "objects").rglob("*"))
+
+    fleet.agent(server, "node-a", gpus="1xH200", extra_args=args)
+    job = server.wait_job(job_id, lambda j: j["state"] in ("SUCCEEDED", "FAILED"), 60,
+                          "the requeued attempt to end")
+    assert job["state"] == "SUCCEEDED", job
+    assert job["attempt"] == 2 and job["attempts"][0]["state"] == "LOST", job
+    out = "".join(c["data"] for c in server.logs(job_id))
+    assert hashlib.sha256(big).hexdigest() in out, out
+    # The restarted agent continued the download: what it had is not fetched again.
+    resumed = metric(port, "ferry_agent_cache_resumed_bytes_total")
+    fetched = metric(port, "ferry_agent_cache_fetched_bytes_total")
+    assert resumed >= kept - (1 << 20), (resumed, kept)  # flushed bytes at the kill
+    assert resumed + fetched == len(big), (resumed, fetched)
+
+
 def test_eviction_under_a_small_quota(fleet, s3, tmp_path):
     s3.mkbucket("lake")
     one = {"x.bin": blob(1 << 20, 5)}
@@ -188,3 +233,77 @@ def test_a_node_without_credentials_for_the_bucket_fails_clearly(fleet, s3, tmp_
     message = [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
                if e.get("reason") == "STAGING_FAILED"][0]["message"]
     assert "may not read bucket lake" in message, message
+
+
+def test_jobs_go_to_the_node_whose_cache_holds_their_data(fleet, s3, tmp_path):
+    s3.mkbucket("lake")
+    objects = {"a.bin": blob(2_000_000, 3), "b.bin": blob(500_000, 4)}
+    for path, data in objects.items():
+        s3.put("lake", f"corpus/{path}", data)
+    total = sum(len(d) for d in objects.values())
+    server = fleet.server(extra_args=["--rate", "0"])
+    config = s3.storage_config(tmp_path / "storage.yaml")
+    # Two alike nodes: nothing but their caches tells them apart.
+    for name in ("node-a", "node-b"):
+        fleet.agent(server, name, gpus="1xH200", extra_args=["--storage-config", config])
+    digest = register(server, "corpus", "s3://lake/corpus/", objects)["digest"]
+    inputs = [{"name": "d", "dataset": "corpus"}]
+
+    def node_of(job_id):
+        job = server.wait_state(job_id, ["SUCCEEDED", "FAILED"], timeout=60)
+        assert job["state"] == "SUCCEEDED", (job, server.logs(job_id))
+        return job["attempts"][-1]["placement"][0]["node"]
+
+    def both_free():
+        gpus = server.admin("GET", "/v1/gpus")["gpus"]
+        return len(gpus) == 2 and not any(g["allocated"] for g in gpus)
+
+    # A blocker without inputs shows where the ordinary rule puts a job when
+    # both nodes are free; while it runs, the first reader can only go to
+    # the other node, and stages the data there.
+    blocker = submit(server, [], "H200", "sleep 600", name="blocker")
+    running = server.wait_state(blocker, ["RUNNING"], timeout=30)
+    ordinary = running["placement"][0]["node"]
+    holder = "node-b" if ordinary == "node-a" else "node-a"
+    first = submit(server, inputs, "H200", 'cat "$FERRY_INPUTS_DIR"/d/* | wc -c')
+    assert node_of(first) == holder
+    assert "0 B from the node cache" in events(server, first, "staged")[0]["message"]
+    server.admin("POST", f"/v1/jobs/{blocker}:cancel", {})
+    server.wait_state(blocker, ["CANCELLED"], timeout=30)
+    harness.wait_for(both_free, 30, "both GPUs free")
+
+    # The holder's agent reports what its cache holds: the whole dataset,
+    # under the admin's tenant.
+    def held(node):
+        cache = server.admin("GET", f"/v1/nodes/{node}")["cache"] or {}
+        return {(i["tenant"], i["digest"]): i["bytes"] for i in cache.get("inputs", [])}
+
+    harness.wait_for(lambda: held(holder).get(("default", digest)) == total, 40,
+                     "the holder's cache report")
+    assert held(ordinary) == {}
+
+    # With both nodes free, every reader of the dataset goes to the holder,
+    # and finds everything there.
+    for n in range(3):
+        job_id = submit(server, inputs, "H200", 'cat "$FERRY_INPUTS_DIR"/d/* | wc -c',
+                        name=f"again-{n}")
+        assert node_of(job_id) == holder, n
+        assert "0 B fetched" in events(server, job_id, "staged")[0]["message"]
+        harness.wait_for(both_free, 30, "both GPUs free")
+    # A job without inputs still goes where the ordinary rule puts it.
+    plain = submit(server, [], "H200", "true", name="plain")
+    assert node_of(plain) == ordinary
+
+    # Hit ratio: fetched once, served three times from the cache.
+    def ratio():
+        return (server.admin("GET", f"/v1/nodes/{holder}")["cache"] or {}).get("hit_ratio")
+
+    harness.wait_for(lambda: ratio() == 0.75, 40, "the holder's hit ratio")
+    listed = harness.cli(server, "nodes")
+    assert listed.returncode == 0, listed.stderr
+    row = [line for line in listed.stdout.splitlines() if line.startswith(holder)][0]
+    assert "75%" in row, listed.stdout
+    # Another tenant sees the cache's size, not which data it holds.
+    other = server.create_user("gil", tenant="globex")
+    seen = server.call("GET", f"/v1/nodes/{holder}", token=other).json()["cache"]
+    assert seen["bytes"] >= total and seen["inputs"] == [], seen
