@@ -320,8 +320,9 @@ class CycleRun {
   // Data locality (PendingJob::cached_bytes): the schedulable nodes holding
   // some of the job's input bytes, most bytes first, then as the set's
   // scoring would order them (fewest free GPUs of `model` for bin-pack, most
-  // for spread), then snapshot order. Empty for a job whose inputs no node
-  // holds. The vector is scratch, valid until the next call.
+  // for spread), then snapshot order; a node listed twice holds the sum.
+  // Empty for a job whose inputs no node holds. The vector is scratch,
+  // valid until the next call.
   const std::vector<LocalNode>& LocalNodes(const PendingJob& pending, int model, bool spread);
   // The first of `local` in tier `tier` of `tiers` that holds `need` tasks
   // now, or -1.

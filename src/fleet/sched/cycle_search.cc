@@ -98,6 +98,18 @@ const std::vector<LocalNode>& CycleRun::LocalNodes(const PendingJob& pending, in
     if (it == node_of_id_.end() || !nodes_[static_cast<size_t>(it->second)].schedulable) continue;
     local.push_back({it->second, bytes});
   }
+  // A node listed twice holds the sum.
+  std::sort(local.begin(), local.end(),
+            [](const LocalNode& a, const LocalNode& b) { return a.node < b.node; });
+  size_t kept = 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (kept > 0 && local[kept - 1].node == local[i].node) {
+      local[kept - 1].bytes += local[i].bytes;
+    } else {
+      local[kept++] = local[i];
+    }
+  }
+  local.resize(kept);
   std::sort(local.begin(), local.end(), [&](const LocalNode& a, const LocalNode& b) {
     if (a.bytes != b.bytes) return a.bytes > b.bytes;
     if (model >= 0) {
@@ -107,10 +119,6 @@ const std::vector<LocalNode>& CycleRun::LocalNodes(const PendingJob& pending, in
     }
     return a.node < b.node;
   });
-  // A node listed twice counts once (its first, largest entry).
-  local.erase(std::unique(local.begin(), local.end(),
-                          [](const LocalNode& a, const LocalNode& b) { return a.node == b.node; }),
-              local.end());
   return local;
 }
 
@@ -145,7 +153,10 @@ bool CycleRun::SearchCpuOnly(const JobInfo& job, const Tiers& tiers, uint64_t ma
     for (const LocalNode& l : local) {
       if (remaining == 0) break;
       const IndexedNode& node = nodes_[static_cast<size_t>(l.node)];
-      if (tiers.tier_of_pool[static_cast<size_t>(node.pool)] != static_cast<int>(t)) continue;
+      if (mark_[static_cast<size_t>(l.node)] ||
+          tiers.tier_of_pool[static_cast<size_t>(node.pool)] != static_cast<int>(t)) {
+        continue;
+      }
       int64_t k = TasksFitting(node, -1, job.shape, mask, remaining);
       if (k > 0) {
         picks->push_back({l.node, k});

@@ -307,6 +307,48 @@ TEST(SchedProperties, RandomScenariosKeepInvariants) {
   EXPECT_GT(reasons, 500);
 }
 
+// Data locality (PendingJob::cached_bytes, some nodes unknown or listed
+// twice) changes where jobs go, never the rules: the same invariants hold.
+// A second generator draws the caches, so the worlds are those above.
+TEST(SchedProperties, CachedInputsKeepInvariants) {
+  int placements = 0;
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    Gen g(seed);
+    Gen caches(seed + 100'000);
+    Config config = RandomConfig(g);
+    World world = RandomWorld(g, config);
+    const int nodes = static_cast<int>(world.snapshot.nodes.size());
+    for (PendingJob& p : world.snapshot.pending) {
+      if (!caches.Chance(0.6)) continue;
+      p.input_digests = {"sha256:" + std::string(64, 'e')};
+      p.input_bytes = 1 << 20;
+      const int held = caches.Int(0, 4);
+      for (int k = 0; k < held; ++k) {
+        p.cached_bytes.push_back({caches.Int(1, nodes + 2), caches.Int(-5, 1 << 20)});
+      }
+    }
+    ASSERT_OK_AND_ASSIGN(auto scheduler, Scheduler::Make(config));
+    ASSERT_OK_AND_ASSIGN(auto twin, Scheduler::Make(config));
+    for (int cycle = 0; cycle < 3; ++cycle) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " cycle " + std::to_string(cycle));
+      Decision d = scheduler->Cycle(world.snapshot);
+      EXPECT_EQ(Serialize(d), Serialize(twin->Cycle(world.snapshot))) << "not deterministic";
+      for (const std::string& e : testing::CheckDecision(config, world.snapshot, d))
+        ADD_FAILURE() << e;
+      if (::testing::Test::HasFailure()) return;
+      placements += static_cast<int>(d.placements.size());
+      world.Apply(d);
+      world.snapshot.now_s += g.Int(1, 120);
+      std::vector<std::pair<int64_t, bool>> ending;
+      for (const RunningJob& r : world.snapshot.running) {
+        if (r.terminating || g.Chance(0.2)) ending.push_back({r.job_id, r.terminating});
+      }
+      for (const auto& [id, requeue] : ending) world.End(id, requeue);
+    }
+  }
+  EXPECT_GT(placements, 500);
+}
+
 // The same world under every ordering and scoring policy, and a big gang on a
 // busy fleet: still only complete gangs, no double booking.
 TEST(SchedProperties, EveryPolicyOnOneBusyFleet) {
