@@ -136,6 +136,32 @@ TEST(ToPendingJob, ShapeOwnersAndPreferences) {
   EXPECT_EQ(p.pool_set, "training");
 }
 
+TEST(ToPendingJob, InputDigestsAndBytes) {
+  Job job = MakeJob(9, 0);
+  EXPECT_TRUE(ToPendingJob(job).input_digests.empty());
+  JobInput dataset;
+  dataset.name = "train";
+  dataset.dataset = "imagenet";
+  dataset.manifest_digest = "sha256:" + std::string(64, '1');
+  dataset.bytes = 1000;
+  JobInput object;
+  object.name = "vocab";
+  object.uri = "https://h/vocab.txt";
+  object.sha256 = std::string(64, '2');
+  object.bytes = 20;
+  JobInput unresolved;  // a dataset input the server has not resolved: no digest
+  unresolved.name = "later";
+  unresolved.dataset = "other";
+  job.spec.inputs = {dataset, object, unresolved};
+  const PendingJob p = ToPendingJob(job);
+  EXPECT_EQ(p.input_digests, (std::vector<std::string>{"sha256:" + std::string(64, '1'),
+                                                       "sha256:" + std::string(64, '2')}));
+  EXPECT_EQ(p.input_bytes, 1020);
+  EXPECT_TRUE(p.cached_bytes.empty());  // the server fills it
+  EXPECT_EQ(InputDigest(object), "sha256:" + std::string(64, '2'));
+  EXPECT_EQ(InputDigest(unresolved), "");
+}
+
 TEST(CanonicalGpuModel, OneSpellingPerModel) {
   EXPECT_EQ(CanonicalGpuModel("h100"), "H100");
   EXPECT_EQ(CanonicalGpuModel("H100"), "H100");
