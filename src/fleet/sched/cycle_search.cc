@@ -309,10 +309,9 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
   int left_out = 0;
   const Tiers& tiers = SearchTiers(job, pending, model, &left_out);
   const bool spread = sets_[static_cast<size_t>(job.set)].scoring == Scoring::kSpread;
-  // Empty for every job without cached inputs: the search below is then the
-  // plain one, untouched.
-  const std::vector<LocalNode>& local = LocalNodes(pending, model, spread);
-  if (model < 0) return SearchCpuOnly(job, tiers, mask, local, picks, found);
+  if (model < 0) {
+    return SearchCpuOnly(job, tiers, mask, LocalNodes(pending, model, spread), picks, found);
+  }
   const size_t models = model_names_.size();
   int64_t total_free = 0;
   for (int p : sets_[static_cast<size_t>(job.set)].pools) {
@@ -329,6 +328,10 @@ bool CycleRun::Search(const JobInfo& job, const PendingJob& pending, int model, 
     *found = std::min(s.tasks - 1, failed->second - 1);
     return false;
   }
+  // Where the job's inputs are (after the checks above: whether a gang fits
+  // does not depend on it). Empty for every job without cached inputs: the
+  // search below is then the plain one.
+  const std::vector<LocalNode>& local = LocalNodes(pending, model, spread);
 
   if (job.topology != 0) {
     for (size_t t = 0; t < tiers.pools.size(); ++t) {
