@@ -177,7 +177,17 @@ struct JobSpec {
   std::string topology;               // "", "same_node" or "same_domain" (a preference)
   std::vector<std::string> datasets;  // data sets the job reads (locality scoring)
   std::string pool_set;               // the scheduler config's pool set; "": the first
-  std::vector<JobInput> inputs;       // staged before start; at most 64
+  // Checkpoints (docs/fleet-staging.md#checkpoints): each task's
+  // $FERRY_CHECKPOINT_DIR goes to <uri><job id>/task-<index>/ every
+  // interval_seconds (0: only when the task ends) and when it ends, and a
+  // requeued attempt starts with the last one restored. uri "": none.
+  struct Checkpoint {
+    static constexpr int64_t kMinIntervalSeconds = 10;
+    std::string uri;  // s3://bucket/prefix/ or file:///dir/ (ends in '/')
+    int64_t interval_seconds = 0;
+  };
+  Checkpoint checkpoint;
+  std::vector<JobInput> inputs;  // staged before start; at most 64
 };
 
 // One task of one attempt placed on a node.

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -74,6 +75,16 @@ class ObjectFetcher {
   Status Fetch(const std::string& tenant, const std::string& uri, int64_t offset, const Sink& sink,
                bool* restarted, const std::atomic<bool>* cancel) const;
 
+  // Writes the file at `path` to `uri` (s3:// with a PUT, or file:// under a
+  // file root, made whole by rename). Sets *sha256 to the digest of the
+  // bytes sent (which differs from a digest taken before when the file
+  // changed meanwhile).
+  Status Upload(const std::string& tenant, const std::string& uri, const std::string& path,
+                std::string* sha256) const;
+  // A small object (a manifest) whole; nullopt when it does not exist.
+  Result<std::optional<std::string>> ReadSmall(const std::string& tenant, const std::string& uri,
+                                               size_t max_bytes) const;
+
   // The endpoint serving this bucket for this tenant, or an error naming why none does.
   Result<const S3Endpoint*> EndpointFor(const std::string& tenant, const std::string& bucket) const;
 
@@ -81,7 +92,12 @@ class ObjectFetcher {
 
  private:
   Status FetchHttp(const std::string& url, const S3Endpoint* signer, int64_t offset,
-                   const Sink& sink, bool* restarted, const std::atomic<bool>* cancel) const;
+                   const Sink& sink, bool* restarted, const std::atomic<bool>* cancel,
+                   long* http_status = nullptr) const;
+  // The URL (and signer) of an s3:// URI for this tenant.
+  Result<std::pair<std::string, const S3Endpoint*>> S3Url(const std::string& tenant,
+                                                          const std::string& uri) const;
+  Result<std::string> AllowedFile(const std::string& path, bool must_exist) const;
   Status FetchFile(const std::string& path, int64_t offset, const Sink& sink,
                    const std::atomic<bool>* cancel) const;
 

@@ -208,6 +208,11 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   ReadNumber(*spec, "tasks", &out.tasks);
   ReadNumber(*spec, "gpus_per_task", &out.gpus_per_task);
   ReadNumber(*spec, "memory_mb_per_task", &out.memory_mb_per_task);
+  if (auto checkpoint = spec->find("checkpoint");
+      checkpoint != spec->end() && checkpoint->is_object()) {
+    out.checkpoint.uri = ReadString(*checkpoint, "uri");
+    ReadNumber(*checkpoint, "interval_seconds", &out.checkpoint.interval_seconds);
+  }
   if (auto command = spec->find("command"); command != spec->end() && command->is_array()) {
     for (const auto& arg : *command) {
       if (!arg.is_string()) return Status::Invalid("assignment command holds a non-string");
@@ -679,7 +684,7 @@ class Agent {
   void WriteHostfile(const std::string& path, const std::string& text);
   void HandleSyncResponse(const json& body);
   // Starts a task whose inputs (if any) are staged.
-  void Launch(agent_internal::InputStager::Ready ready);
+  void Launch(const agent_internal::InputStager::Ready& ready);
   // Starts the --metrics-listen listener, if asked for.
   Status StartMetrics();
   // One line per task start, exit or launch failure.
@@ -704,6 +709,7 @@ class Agent {
   bool cache_report_due_ = true;  // send the cache report with the next sync
   bool cache_reports_on_ = true;  // off after the server refused one
   std::deque<PendingReport> pending_;
+  std::vector<TaskReport> held_exits_;  // waiting for their final checkpoint upload
 
   // Destroyed in reverse: the metrics listener (which reads the runner, the
   // shipper and NVML) goes first, then the runner (whose callbacks use the
@@ -801,6 +807,7 @@ Status Agent::Prepare() {
   stager_options.cache_dir = options_.cache_dir;
   stager_options.cache_quota_bytes = options_.cache_quota_bytes;
   stager_options.storage_config = options_.storage_config;
+  stager_options.node_name = options_.node_name;
   stager_options.wake = [this] { Wake(); };
   FERRY_ASSIGN_OR_RAISE(stager_, agent_internal::InputStager::Open(std::move(stager_options)));
   return StartMetrics();
@@ -1009,20 +1016,28 @@ void Agent::HandleSyncResponse(const json& body) {
       }
       std::vector<agent_internal::InputStager::Ready> ready;
       stager_->Offer(std::move(*assignment), &ready);
-      for (auto& task : ready) Launch(std::move(task));
+      for (const auto& task : ready) Launch(task);
     }
   }
 }
 
-void Agent::Launch(agent_internal::InputStager::Ready ready) {
+void Agent::Launch(const agent_internal::InputStager::Ready& ready) {
   LaunchSpec launch = agent_internal::BuildLaunchSpec(ready.assignment, node_);
   if (!ready.inputs_dir.empty()) {
     launch.env["FERRY_INPUTS_DIR"] = ready.inputs_dir;
     launch.read_only_dir = ready.inputs_dir;
   }
+  if (!ready.assignment.spec.checkpoint.uri.empty()) {
+    const std::string dir =
+        stager_->checkpoints()->Dir(ready.assignment.ref.job_id, ready.assignment.ref.task);
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
+    launch.env["FERRY_CHECKPOINT_DIR"] = dir;
+  }
   WriteHostfile(launch.env["FERRY_HOSTFILE"],
                 agent_internal::GangHostfile(ready.assignment, node_));
   runner_->Start(launch);
+  stager_->checkpoints()->Started(ready.assignment);
 }
 
 Status Agent::Run() {
@@ -1059,7 +1074,7 @@ Status Agent::Run() {
     // Staging that ended: its tasks start (after their `staged` reports).
     std::vector<agent_internal::InputStager::Ready> staged;
     stager_->Poll(&staged);
-    for (auto& task : staged) Launch(std::move(task));
+    for (const auto& task : staged) Launch(task);
     for (auto& report : stager_->TakeReports()) {
       LogReport(report);
       pending_.push_back({std::move(report), 0, Clock::now()});
@@ -1068,7 +1083,28 @@ Status Agent::Run() {
     std::vector<TaskRef> running = runner_->Running();
     stager_->Sweep(running);
     for (const TaskRef& held : stager_->Held()) running.push_back(held);
+    // An ended task's exit report waits for its last checkpoint upload.
+    stager_->checkpoints()->Tick();
+    for (const std::string& error : stager_->checkpoints()->TakeErrors()) {
+      Warn(error, {{"node", options_.node_name}});
+    }
+    for (const TaskRef& done : stager_->checkpoints()->TakeFinished()) {
+      for (auto it = held_exits_.begin(); it != held_exits_.end(); ++it) {
+        if (it->ref == done) {
+          pending_.push_back({std::move(*it), shipper_->enqueued(), Clock::now()});
+          held_exits_.erase(it);
+          break;
+        }
+      }
+    }
+    for (const TaskReport& held : held_exits_) running.push_back(held.ref);
     for (auto& report : runner_->TakeReports()) {
+      if (report.kind != TaskReport::Kind::kStarted && stager_->checkpoints()->Ended(report.ref)) {
+        LogReport(report);
+        running.push_back(report.ref);
+        held_exits_.push_back(std::move(report));
+        continue;
+      }
       LogReport(report);
       const bool ended = report.kind != TaskReport::Kind::kStarted;
       pending_.push_back({std::move(report), ended ? shipper_->enqueued() : 0, Clock::now()});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 namespace ferry::fleet::agent_internal {
 namespace {
@@ -38,6 +39,9 @@ Result<std::unique_ptr<InputStager>> InputStager::Open(Options options) {
   stager->fetcher_ = std::make_unique<ObjectFetcher>(std::move(storage));
   FERRY_ASSIGN_OR_RAISE(stager->cache_, ContentCache::Open({stager->options_.cache_dir,
                                                             stager->options_.cache_quota_bytes}));
+  stager->checkpoints_ =
+      std::make_unique<Checkpoints>(stager->options_.work_dir, stager->fetcher_.get(),
+                                    stager->cache_.get(), stager->options_.wake);
   // Trees a previous agent left: its tasks died with it.
   std::error_code ignored;
   const std::string inputs = stager->options_.work_dir + "/inputs";
@@ -63,7 +67,7 @@ void InputStager::Queue(const TaskRef& ref, TaskReport::Kind kind, std::string m
 }
 
 void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
-  if (assignment.inputs.empty()) {
+  if (assignment.inputs.empty() && assignment.spec.checkpoint.uri.empty()) {
     ready->push_back({std::move(assignment), std::string()});
     return;
   }
@@ -77,9 +81,9 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
     if (known) return;
     if (attempt.ended && attempt.result.ok()) {
       // Another task of an attempt staged here already: it shares the tree.
-      Queue(ref, TaskReport::Kind::kStaged, attempt.result->Summary(attempt.inputs));
+      Queue(ref, TaskReport::Kind::kStaged, StagedMessage(attempt));
       attempt.launched.push_back(ref);
-      ready->push_back({std::move(assignment), attempt.dir});
+      ready->push_back({std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string()});
       return;
     }
     if (!attempt.ended) {
@@ -106,9 +110,10 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
     }
   }
   Queue(ref, TaskReport::Kind::kStaging,
-        "fetching " + std::to_string(attempt->inputs) +
-            (attempt->inputs == 1 ? " input (" : " inputs (") + std::to_string(objects) +
-            (objects == 1 ? " object, " : " objects, ") + FormatBytes(bytes) + ", " +
+        std::string(attempt->inputs == 0 ? "restoring the last checkpoint, " : "") + "fetching " +
+            std::to_string(attempt->inputs) + (attempt->inputs == 1 ? " input (" : " inputs (") +
+            std::to_string(objects) + (objects == 1 ? " object, " : " objects, ") +
+            FormatBytes(bytes) + ", " +
             FormatBytes(cache_->PresentBytes(attempt->tenant,
                                              [&] {
                                                std::vector<StagedObject> all;
@@ -136,15 +141,53 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
     known_.erase(oldest);
   }
   std::vector<StagedInput> inputs = assignment.inputs;
+  // The checkpoints to restore: one per task of the attempt on this node.
+  std::vector<int> local_tasks;
+  for (size_t i = 0; i < assignment.gang_nodes.size(); ++i) {
+    if (assignment.gang_nodes[i] == options_.node_name) local_tasks.push_back(static_cast<int>(i));
+  }
+  if (local_tasks.empty()) local_tasks.push_back(ref.task);
+  const std::string checkpoint_uri =
+      assignment.spec.checkpoint.uri.empty() ? std::string() : assignment.spec.checkpoint.uri;
   attempt->waiting.push_back(std::move(assignment));
   Attempt* raw = attempt.get();
-  attempt->thread = std::thread([this, raw, inputs = std::move(inputs)] {
-    raw->result = StageInputs(cache_.get(), *fetcher_, raw->tenant, raw->holder, inputs, raw->dir,
-                              options_.stage, &raw->cancel);
+  attempt->thread = std::thread([this, raw, inputs = std::move(inputs), local_tasks, checkpoint_uri,
+                                 job = ref.job_id] {
+    raw->result = StageResult{};
+    if (!inputs.empty()) {
+      raw->result = StageInputs(cache_.get(), *fetcher_, raw->tenant, raw->holder, inputs, raw->dir,
+                                options_.stage, &raw->cancel);
+    }
+    for (size_t i = 0; raw->result.ok() && !checkpoint_uri.empty() && i < local_tasks.size(); ++i) {
+      std::string summary;
+      Status restored;
+      int64_t backoff = options_.stage.backoff_ms;
+      for (int attempt = 1;; ++attempt) {
+        restored =
+            checkpoints_->Restore(raw->tenant, checkpoint_uri, job, local_tasks[i], &summary);
+        if (restored.ok() || raw->cancel.load() || attempt >= options_.stage.attempts) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+        backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
+      }
+      if (!restored.ok()) {
+        raw->result =
+            restored.WithPrefix("checkpoint of task " + std::to_string(local_tasks[i]) + ": ");
+        cache_->Release(raw->holder);
+        RemoveStagedTree(raw->dir);
+        break;
+      }
+      raw->restored += (raw->restored.empty() ? "" : "; ") + summary;
+    }
     raw->finished = true;
     if (options_.wake) options_.wake();
   });
   attempts_.emplace(key, std::move(attempt));
+}
+
+std::string InputStager::StagedMessage(const Attempt& attempt) {
+  std::string message = attempt.inputs > 0 ? attempt.result->Summary(attempt.inputs) : "";
+  if (!attempt.restored.empty()) message += (message.empty() ? "" : "; ") + attempt.restored;
+  return message;
 }
 
 void InputStager::Poll(std::vector<Ready>* ready) {
@@ -159,9 +202,9 @@ void InputStager::Poll(std::vector<Ready>* ready) {
     attempt.ended_at = std::chrono::steady_clock::now();
     if (attempt.result.ok()) {
       for (TaskAssignment& assignment : attempt.waiting) {
-        Queue(assignment.ref, TaskReport::Kind::kStaged, attempt.result->Summary(attempt.inputs));
+        Queue(assignment.ref, TaskReport::Kind::kStaged, StagedMessage(attempt));
         attempt.launched.push_back(assignment.ref);
-        ready->push_back({std::move(assignment), attempt.dir});
+        ready->push_back({std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string()});
       }
       attempt.waiting.clear();
       ++it;

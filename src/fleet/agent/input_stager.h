@@ -20,6 +20,7 @@
 #include "ferry/base/status.h"
 #include "ferry/fleet/staging.h"
 #include "ferry/fleet/store.h"
+#include "fleet/agent/checkpoints.h"
 
 namespace ferry::fleet::agent_internal {
 
@@ -30,6 +31,7 @@ class InputStager {
     std::string cache_dir;  // empty: <work_dir>/cache
     int64_t cache_quota_bytes = 10LL << 30;
     std::string storage_config;  // YAML (staging.h); empty: no S3, no file://
+    std::string node_name;       // which of a gang's tasks run here (checkpoint restores)
     StageOptions stage;
     std::function<void()> wake;  // called from a staging thread when it ends
   };
@@ -62,6 +64,7 @@ class InputStager {
   void Sweep(const std::vector<TaskRef>& running);
 
   CacheStats Stats() const { return cache_->Stats(); }
+  Checkpoints* checkpoints() { return checkpoints_.get(); }
 
   // What the node cache holds of the inputs staged here lately (the last
   // kMaxKnownInputs), for the server's locality scoring: the cache's totals
@@ -84,18 +87,21 @@ class InputStager {
     std::atomic<bool> cancel{false};
     std::atomic<bool> finished{false};
     Result<StageResult> result = Status::OK();
-    bool ended = false;  // finished and joined; result is final
+    std::string restored;  // what the checkpoint restore did, for the staged report
+    bool ended = false;    // finished and joined; result is final
     std::chrono::steady_clock::time_point ended_at;
   };
   using Key = std::pair<int64_t, int>;  // job id, attempt
 
   explicit InputStager(Options options);
   void Queue(const TaskRef& ref, TaskReport::Kind kind, std::string message);
+  static std::string StagedMessage(const Attempt& attempt);
   static bool Contains(const std::vector<TaskRef>& refs, const TaskRef& ref);
 
   Options options_;
   std::unique_ptr<ObjectFetcher> fetcher_;
   std::unique_ptr<ContentCache> cache_;
+  std::unique_ptr<Checkpoints> checkpoints_;  // uses the two above
   std::map<Key, std::unique_ptr<Attempt>> attempts_;
   std::vector<TaskReport> reports_;
   struct KnownInput {

@@ -367,6 +367,36 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
   }
   reader.String("pool_set", 0, kMaxNameChars, &spec.pool_set);
   ReadInputs(reader, errors, &spec.inputs);
+  if (const json* checkpoint = reader.Find("checkpoint")) {
+    if (!checkpoint->is_object()) {
+      reader.Fail("checkpoint", "must be an object");
+    } else {
+      std::vector<FieldError> checkpoint_errors;
+      SpecReader sub(*checkpoint, &checkpoint_errors);
+      sub.String("uri", 1, kMaxValueChars, &spec.checkpoint.uri);
+      if (sub.Find("uri") == nullptr) sub.Fail("uri", "is required");
+      const std::string& uri = spec.checkpoint.uri;
+      if (!uri.empty()) {
+        if (uri.rfind("s3://", 0) != 0 && uri.rfind("file:///", 0) != 0) {
+          sub.Fail("uri", "must be an s3:// or file:/// URI");
+        } else if (uri.back() != '/') {
+          sub.Fail("uri", "must end in '/' (a prefix)");
+        } else if (uri.rfind("s3://", 0) == 0 && uri.find('/', 5) == 5) {
+          sub.Fail("uri", "needs a bucket");
+        }
+      }
+      sub.Integer("interval_seconds", 0, kMaxRuntimeSeconds, &spec.checkpoint.interval_seconds);
+      if (spec.checkpoint.interval_seconds > 0 &&
+          spec.checkpoint.interval_seconds < JobSpec::Checkpoint::kMinIntervalSeconds) {
+        sub.Fail("interval_seconds", "must be 0 (when the task ends) or at least " +
+                                         std::to_string(JobSpec::Checkpoint::kMinIntervalSeconds));
+      }
+      sub.RejectUnknown();
+      for (FieldError& error : checkpoint_errors) {
+        errors->push_back({"checkpoint." + error.field, std::move(error.detail)});
+      }
+    }
+  }
   reader.RejectUnknown();
   if (!errors->empty()) {
     std::string message = errors->front().field.empty()
@@ -407,6 +437,10 @@ json ToJson(const JobSpec& spec) {
   json inputs = json::array();
   for (const JobInput& input : spec.inputs) inputs.push_back(ToJson(input));
   out["inputs"] = std::move(inputs);
+  if (!spec.checkpoint.uri.empty()) {
+    out["checkpoint"] = {{"uri", spec.checkpoint.uri},
+                         {"interval_seconds", spec.checkpoint.interval_seconds}};
+  }
   return out;
 }
 

@@ -234,3 +234,44 @@ TEST(ModelNames, StatesAndRolesRoundTrip) {
 
 }  // namespace
 }  // namespace ferry::fleet
+
+namespace ferry::fleet {
+namespace {
+
+TEST(JobSpecJson, CheckpointParsesRoundTripsAndRefusesBadValues) {
+  std::vector<FieldError> errors;
+  json body = {{"name", "t"},
+               {"command", {"train"}},
+               {"checkpoint", {{"uri", "s3://ckpt/runs/"}, {"interval_seconds", 600}}}};
+  auto spec = ParseJobSpec(body, &errors);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->checkpoint.uri, "s3://ckpt/runs/");
+  EXPECT_EQ(spec->checkpoint.interval_seconds, 600);
+  auto again = ParseJobSpec(ToJson(*spec), &errors);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->checkpoint.uri, "s3://ckpt/runs/");
+  EXPECT_FALSE(ToJson(*ParseJobSpec(json{{"name", "t"}, {"command", {"x"}}}, &errors))
+                   .contains("checkpoint"));
+  auto refused = [&](const json& checkpoint) {
+    json bad = body;
+    bad["checkpoint"] = checkpoint;
+    auto result = ParseJobSpec(bad, &errors);
+    return result.ok() ? std::string() : result.status().message();
+  };
+  EXPECT_NE(refused({{"uri", "s3://ckpt/no-slash"}}).find("checkpoint.uri: must end in '/'"),
+            std::string::npos);
+  EXPECT_NE(refused({{"uri", "https://h/p/"}}).find("must be an s3:// or file:/// URI"),
+            std::string::npos);
+  EXPECT_NE(refused({{"uri", "s3:///p/"}}).find("needs a bucket"), std::string::npos);
+  EXPECT_NE(refused({{"interval_seconds", 60}}).find("checkpoint.uri: is required"),
+            std::string::npos);
+  EXPECT_NE(refused({{"uri", "s3://c/p/"}, {"interval_seconds", 5}}).find("at least 10"),
+            std::string::npos);
+  EXPECT_NE(refused({{"uri", "s3://c/p/"}, {"every", 5}}).find("checkpoint.every: unknown field"),
+            std::string::npos);
+  EXPECT_NE(refused("s3://c/p/").find("checkpoint: must be an object"), std::string::npos);
+  EXPECT_TRUE(refused({{"uri", "file:///mnt/ckpt/"}, {"interval_seconds", 0}}).empty());
+}
+
+}  // namespace
+}  // namespace ferry::fleet

@@ -29,7 +29,7 @@ namespace {
 using staging_internal::ListDir;
 using staging_internal::MakeDirs;
 
-constexpr int64_t kStalePartialSeconds = 24 * 3600;
+constexpr int64_t kStalePartialSeconds = int64_t{24} * 3600;
 
 bool IsDigest(const std::string& text) {
   if (text.size() != 64) return false;

@@ -3,6 +3,8 @@
 // each able to start at a byte offset (a resumed download).
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -144,12 +147,9 @@ Status ObjectFetcher::Fetch(const std::string& tenant, const std::string& uri, i
                             const Sink& sink, bool* restarted,
                             const std::atomic<bool>* cancel) const {
   *restarted = false;
-  std::string bucket;
-  std::string key;
-  if (ParseS3Uri(uri, &bucket, &key)) {
-    FERRY_ASSIGN_OR_RAISE(const S3Endpoint* endpoint, EndpointFor(tenant, bucket));
-    return FetchHttp(endpoint->endpoint + "/" + EncodeKey(bucket) + "/" + EncodeKey(key), endpoint,
-                     offset, sink, restarted, cancel);
+  if (uri.rfind("s3://", 0) == 0) {
+    FERRY_ASSIGN_OR_RAISE(auto url, S3Url(tenant, uri));
+    return FetchHttp(url.first, url.second, offset, sink, restarted, cancel);
   }
   if (uri.rfind("https://", 0) == 0 || uri.rfind("http://", 0) == 0) {
     if (uri.rfind("http://", 0) == 0 && !config_.allow_http) {
@@ -162,9 +162,167 @@ Status ObjectFetcher::Fetch(const std::string& tenant, const std::string& uri, i
   return Status::Invalid("unsupported source " + uri + " (s3://, https://, http:// or file://)");
 }
 
+Result<std::pair<std::string, const S3Endpoint*>> ObjectFetcher::S3Url(
+    const std::string& tenant, const std::string& uri) const {
+  std::string bucket;
+  std::string key;
+  if (!ParseS3Uri(uri, &bucket, &key)) return Status::Invalid(uri + " is not an s3:// URI");
+  FERRY_ASSIGN_OR_RAISE(const S3Endpoint* endpoint, EndpointFor(tenant, bucket));
+  return std::make_pair(endpoint->endpoint + "/" + EncodeKey(bucket) + "/" + EncodeKey(key),
+                        endpoint);
+}
+
+Result<std::optional<std::string>> ObjectFetcher::ReadSmall(const std::string& tenant,
+                                                            const std::string& uri,
+                                                            size_t max_bytes) const {
+  std::string data;
+  auto sink = [&](const char* bytes, size_t size) {
+    if (data.size() + size > max_bytes) return false;
+    data.append(bytes, size);
+    return true;
+  };
+  bool restarted = false;
+  if (uri.rfind("file://", 0) == 0) {
+    FERRY_ASSIGN_OR_RAISE(std::string path, AllowedFile(uri.substr(7), false));
+    if (access(path.c_str(), F_OK) != 0) return std::optional<std::string>();
+    FERRY_RETURN_NOT_OK(FetchFile(path, 0, sink, nullptr));
+    return std::optional<std::string>(std::move(data));
+  }
+  FERRY_ASSIGN_OR_RAISE(auto url, S3Url(tenant, uri));
+  long status = 0;
+  Status fetched = FetchHttp(url.first, url.second, 0, sink, &restarted, nullptr, &status);
+  if (status == 404) return std::optional<std::string>();
+  FERRY_RETURN_NOT_OK(fetched);
+  return std::optional<std::string>(std::move(data));
+}
+
+namespace {
+
+struct UploadSource {
+  int fd = -1;
+  EVP_MD_CTX* hash = nullptr;
+  bool failed = false;
+};
+
+size_t OnRead(char* buffer, size_t size, size_t count, void* user) {
+  auto* source = static_cast<UploadSource*>(user);
+  const ssize_t n = read(source->fd, buffer, size * count);
+  if (n < 0) {
+    source->failed = true;
+    return CURL_READFUNC_ABORT;
+  }
+  EVP_DigestUpdate(source->hash, buffer, static_cast<size_t>(n));
+  return static_cast<size_t>(n);
+}
+
+size_t OnResponse(char* data, size_t size, size_t count, void* user) {
+  auto* out = static_cast<std::string*>(user);
+  if (out->size() < 2048) out->append(data, std::min<size_t>(size * count, 2048));
+  return size * count;
+}
+
+std::string HexDigest(EVP_MD_CTX* hash) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(hash, digest, &length);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ObjectFetcher::Upload(const std::string& tenant, const std::string& uri,
+                             const std::string& path, std::string* sha256) const {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
+  struct stat st {};
+  fstat(fd, &st);
+  UploadSource source{fd, EVP_MD_CTX_new()};
+  EVP_DigestInit_ex(source.hash, EVP_sha256(), nullptr);
+  struct Cleanup {
+    UploadSource* source;
+    ~Cleanup() {
+      close(source->fd);
+      EVP_MD_CTX_free(source->hash);
+    }
+  } cleanup{&source};
+  if (uri.rfind("file://", 0) == 0) {
+    FERRY_ASSIGN_OR_RAISE(std::string target, AllowedFile(uri.substr(7), false));
+    std::error_code ignored;
+    std::filesystem::create_directories(target.substr(0, target.rfind('/')), ignored);
+    const std::string tmp = target + ".ferry-upload";
+    const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) return Status::IOError(tmp + ": " + std::strerror(errno));
+    std::vector<char> buffer(1 << 20);
+    bool ok = true;
+    while (true) {
+      const size_t n = OnRead(buffer.data(), 1, buffer.size(), &source);
+      if (source.failed || n == 0) break;
+      if (write(out, buffer.data(), n) != static_cast<ssize_t>(n)) ok = false;
+    }
+    ok = ok && !source.failed && fsync(out) == 0;
+    close(out);
+    if (!ok || rename(tmp.c_str(), target.c_str()) != 0) {
+      const std::string error = std::strerror(errno);
+      unlink(tmp.c_str());
+      return Status::IOError("cannot write " + uri + ": " + error);
+    }
+    *sha256 = HexDigest(source.hash);
+    return Status::OK();
+  }
+  FERRY_ASSIGN_OR_RAISE(auto url, S3Url(tenant, uri));
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return Status::OutOfMemory("curl_easy_init failed");
+  char error[CURL_ERROR_SIZE] = {0};
+  std::string body;
+  std::string credentials;
+  std::string sigv4;
+  curl_easy_setopt(curl, CURLOPT_URL, url.first.c_str());
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(curl, CURLOPT_READFUNCTION, OnRead);
+  curl_easy_setopt(curl, CURLOPT_READDATA, &source);
+  curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(st.st_size));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.connect_timeout_ms));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>(config_.stall_timeout_ms / 1000)));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnResponse);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  if (!config_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_file.c_str());
+  const S3Endpoint* signer = url.second;
+  if (!signer->access_key_id.empty()) {
+    sigv4 = "aws:amz:" + signer->region + ":s3";
+    credentials = signer->access_key_id + ":" + signer->secret_access_key;
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(curl, CURLOPT_USERPWD, credentials.c_str());
+  }
+  const CURLcode code = curl_easy_perform(curl);
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  if (code != CURLE_OK) {
+    return Status::IOError("upload to " + uri + ": " +
+                           (error[0] != '\0' ? error : curl_easy_strerror(code)));
+  }
+  if (status < 200 || status >= 300) {
+    const std::string detail = S3ErrorText(body);
+    return Status::IOError("upload to " + uri + ": HTTP " + std::to_string(status) +
+                           (detail.empty() ? std::string() : " (" + detail + ")"));
+  }
+  *sha256 = HexDigest(source.hash);
+  return Status::OK();
+}
+
 Status ObjectFetcher::FetchHttp(const std::string& url, const S3Endpoint* signer, int64_t offset,
-                                const Sink& sink, bool* restarted,
-                                const std::atomic<bool>* cancel) const {
+                                const Sink& sink, bool* restarted, const std::atomic<bool>* cancel,
+                                long* http_status) const {
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return Status::OutOfMemory("curl_easy_init failed");
   Transfer t;
@@ -207,6 +365,7 @@ Status ObjectFetcher::FetchHttp(const std::string& url, const S3Endpoint* signer
   const CURLcode code = curl_easy_perform(curl);
   if (t.status == 0) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &t.status);
   curl_easy_cleanup(curl);
+  if (http_status != nullptr) *http_status = t.status;
   // Never put the URL's query (a presigned signature) or credentials in messages.
   std::string shown = url.substr(0, url.find('?'));
   if (cancel != nullptr && cancel->load()) return Status::Cancelled("download cancelled");
@@ -228,24 +387,41 @@ Status ObjectFetcher::FetchHttp(const std::string& url, const S3Endpoint* signer
   return Status::OK();
 }
 
-Status ObjectFetcher::FetchFile(const std::string& path, int64_t offset, const Sink& sink,
-                                const std::atomic<bool>* cancel) const {
+Result<std::string> ObjectFetcher::AllowedFile(const std::string& path, bool must_exist) const {
   if (config_.file_roots.empty()) {
     return Status::Invalid(
         "file:// sources are not allowed on this node (no file_roots in its storage config)");
   }
+  // The real path of the file, or (when it need not exist yet) of its
+  // deepest existing parent with the rest appended.
+  std::string real;
   char resolved[PATH_MAX];
-  if (realpath(path.c_str(), resolved) == nullptr) {
+  if (realpath(path.c_str(), resolved) != nullptr) {
+    real = resolved;
+  } else if (must_exist) {
     return Status::IOError("file://" + path + ": " + std::strerror(errno));
+  } else {
+    std::string head = path;
+    std::string tail;
+    while (!head.empty() && realpath(head.c_str(), resolved) == nullptr) {
+      const size_t slash = head.rfind('/');
+      if (slash == std::string::npos) break;
+      const std::string part = head.substr(slash + 1);
+      if (part == "..") return Status::Invalid("file://" + path + ": '..' in a new path");
+      tail = "/" + part + tail;
+      head.resize(slash);
+    }
+    real = (head.empty() ? std::string() : std::string(resolved)) + tail;
   }
-  const std::string real(resolved);
-  bool allowed = false;
   for (const std::string& root : config_.file_roots) {
-    if (root == "/" || real == root || real.rfind(root + "/", 0) == 0) allowed = true;
+    if (root == "/" || real == root || real.rfind(root + "/", 0) == 0) return real;
   }
-  if (!allowed) {
-    return Status::Invalid("file://" + path + " is outside this node's file_roots");
-  }
+  return Status::Invalid("file://" + path + " is outside this node's file_roots");
+}
+
+Status ObjectFetcher::FetchFile(const std::string& path, int64_t offset, const Sink& sink,
+                                const std::atomic<bool>* cancel) const {
+  FERRY_ASSIGN_OR_RAISE(const std::string real, AllowedFile(path, true));
   const int fd = open(real.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IOError("file://" + path + ": " + std::strerror(errno));
   std::vector<char> buffer(1 << 20);

@@ -235,6 +235,7 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
   const int threads =
       std::max(1, std::min<int>(options.parallelism, static_cast<int>(work.size())));
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
   active = threads;
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   // The caller's cancel reaches transfers in flight through `stop`.
