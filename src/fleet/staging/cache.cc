@@ -10,13 +10,14 @@
 // each entry's access time, which the cache sets itself on every use.
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <memory>
+#include <string_view>
 #include <utility>
 
 #include "ferry/base/hash.h"
@@ -50,31 +51,6 @@ void FsyncDir(const std::string& dir) {
     close(fd);
   }
 }
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { Reset(); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Reset() { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  void Update(const char* data, size_t size) { EVP_DigestUpdate(ctx_, data, size); }
-  std::string Hex() {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_DigestFinal_ex(ctx_, digest, &length);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < length; ++i) {
-      out.push_back(kHex[digest[i] >> 4]);
-      out.push_back(kHex[digest[i] & 15]);
-    }
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 Status WriteAll(int fd, const char* data, size_t size, int64_t at) {
   while (size > 0) {
@@ -292,7 +268,7 @@ Result<int64_t> ContentCache::Download(const std::string& tenant, const StagedOb
     ~Closer() { close(fd); }
   } closer{fd};
 
-  Sha256 hash;
+  auto hash = std::make_unique<Sha256Stream>();
   struct stat st {};
   fstat(fd, &st);
   int64_t written = st.st_size;
@@ -308,7 +284,7 @@ Result<int64_t> ContentCache::Download(const std::string& tenant, const StagedOb
         written = at;
         break;
       }
-      hash.Update(buffer.data(), static_cast<size_t>(n));
+      hash->Update(std::string_view(buffer.data(), static_cast<size_t>(n)));
       at += n;
     }
   }
@@ -332,7 +308,7 @@ Result<int64_t> ContentCache::Download(const std::string& tenant, const StagedOb
           if (restarted && !reset) {
             // The source sent the whole object: start over.
             reset = true;
-            hash.Reset();
+            hash = std::make_unique<Sha256Stream>();
             written = 0;
             *resumed = 0;
             if (ftruncate(fd, 0) != 0) {
@@ -346,14 +322,14 @@ Result<int64_t> ContentCache::Download(const std::string& tenant, const StagedOb
           }
           write_error = WriteAll(fd, data, size, written);
           if (!write_error.ok()) return false;
-          hash.Update(data, size);
+          hash->Update(std::string_view(data, size));
           written += static_cast<int64_t>(size);
           return true;
         },
         &restarted, cancel);
     if (fetched.code() == StatusCode::kIndexError && restarted && round == 0) {
       // 416: what we hold is no prefix of the object; fetch it whole.
-      hash.Reset();
+      hash = std::make_unique<Sha256Stream>();
       written = 0;
       *resumed = 0;
       if (ftruncate(fd, 0) != 0) return Status::IOError(std::strerror(errno));
@@ -370,7 +346,7 @@ Result<int64_t> ContentCache::Download(const std::string& tenant, const StagedOb
     FERRY_RETURN_NOT_OK(fetched);
     break;
   }
-  const std::string digest = hash.Hex();
+  const std::string digest = hash->FinishHex();
   if (digest != object.sha256 || (object.size >= 0 && written != object.size)) {
     unlink(partial.c_str());
     std::lock_guard<std::mutex> lock(mu_);

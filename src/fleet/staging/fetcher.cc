@@ -3,7 +3,6 @@
 // each able to start at a byte offset (a resumed download).
 #include <curl/curl.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "ferry/base/hash.h"
 #include "ferry/fleet/staging.h"
 
 namespace ferry::fleet {
@@ -200,7 +200,7 @@ namespace {
 
 struct UploadSource {
   int fd = -1;
-  EVP_MD_CTX* hash = nullptr;
+  Sha256Stream hash;
   bool failed = false;
 };
 
@@ -211,7 +211,7 @@ size_t OnRead(char* buffer, size_t size, size_t count, void* user) {
     source->failed = true;
     return CURL_READFUNC_ABORT;
   }
-  EVP_DigestUpdate(source->hash, buffer, static_cast<size_t>(n));
+  source->hash.Update(std::string_view(buffer, static_cast<size_t>(n)));
   return static_cast<size_t>(n);
 }
 
@@ -219,19 +219,6 @@ size_t OnResponse(char* data, size_t size, size_t count, void* user) {
   auto* out = static_cast<std::string*>(user);
   if (out->size() < 2048) out->append(data, std::min<size_t>(size * count, 2048));
   return size * count;
-}
-
-std::string HexDigest(EVP_MD_CTX* hash) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(hash, digest, &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < length; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
 }
 
 }  // namespace
@@ -242,15 +229,12 @@ Status ObjectFetcher::Upload(const std::string& tenant, const std::string& uri,
   if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
   struct stat st {};
   fstat(fd, &st);
-  UploadSource source{fd, EVP_MD_CTX_new()};
-  EVP_DigestInit_ex(source.hash, EVP_sha256(), nullptr);
+  UploadSource source;
+  source.fd = fd;
   struct Cleanup {
-    UploadSource* source;
-    ~Cleanup() {
-      close(source->fd);
-      EVP_MD_CTX_free(source->hash);
-    }
-  } cleanup{&source};
+    int fd;
+    ~Cleanup() { close(fd); }
+  } cleanup{fd};
   if (uri.rfind("file://", 0) == 0) {
     FERRY_ASSIGN_OR_RAISE(std::string target, AllowedFile(uri.substr(7), false));
     std::error_code ignored;
@@ -272,7 +256,7 @@ Status ObjectFetcher::Upload(const std::string& tenant, const std::string& uri,
       unlink(tmp.c_str());
       return Status::IOError("cannot write " + uri + ": " + error);
     }
-    *sha256 = HexDigest(source.hash);
+    *sha256 = source.hash.FinishHex();
     return Status::OK();
   }
   FERRY_ASSIGN_OR_RAISE(auto url, S3Url(tenant, uri));
@@ -316,7 +300,7 @@ Status ObjectFetcher::Upload(const std::string& tenant, const std::string& uri,
     return Status::IOError("upload to " + uri + ": HTTP " + std::to_string(status) +
                            (detail.empty() ? std::string() : " (" + detail + ")"));
   }
-  *sha256 = HexDigest(source.hash);
+  *sha256 = source.hash.FinishHex();
   return Status::OK();
 }
 
