@@ -101,6 +101,21 @@ class ObjectServer {
   std::vector<std::string> ranges_;
 };
 
+// Files a, b and c of 10,000 bytes each under <dir>/shared, and an input of one of them.
+struct ThreeFiles {
+  explicit ThreeFiles(const ScratchDir& dir) : dir(dir) {
+    for (const char* name : {"a", "b", "c"}) {
+      bytes[name] = Bytes(10'000, name[0]);
+      dir.Write(std::string("shared/") + name, bytes[name]);
+    }
+  }
+  std::vector<StagedInput> Input(const std::string& name) const {
+    return {{"in", {Ref(name, "file://" + (dir / ("shared/" + name)), bytes.at(name))}}};
+  }
+  const ScratchDir& dir;
+  std::map<std::string, std::string> bytes;
+};
+
 class StagingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -283,15 +298,8 @@ TEST_F(StagingTest, APartialThatIsNoPrefixIsRefetchedWhole) {
 
 TEST_F(StagingTest, EvictsLeastRecentlyUsedButNeverWhatAJobHolds) {
   cache_ = OpenCache(25'000);
-  std::map<std::string, std::string> files;
-  for (const char* name : {"a", "b", "c"}) {
-    files[name] = Bytes(10'000, name[0]);
-    dir_.Write(std::string("shared/") + name, files[name]);
-  }
-  auto input = [&](const std::string& name) {
-    return std::vector<StagedInput>{
-        {"in", {Ref(name, "file://" + (dir_ / ("shared/" + name)), files[name])}}};
-  };
+  const ThreeFiles files(dir_);
+  auto input = [&](const std::string& name) { return files.Input(name); };
   ASSERT_TRUE(Stage(input("a"), Dest("ja"), "ja").ok());
   ASSERT_TRUE(Stage(input("b"), Dest("jb"), "jb").ok());
   // a and b are held: c does not fit (30000 > 25000).
@@ -315,11 +323,12 @@ TEST_F(StagingTest, EvictsLeastRecentlyUsedButNeverWhatAJobHolds) {
   EXPECT_EQ(cache_->PresentBytes("acme", input("b")[0].objects), 0);
   EXPECT_EQ(cache_->PresentBytes("acme", input("c")[0].objects), 10'000);
   // The evicted file's job tree still reads (its own link).
-  EXPECT_EQ(ReadFile(dir_ / "jb/in/b"), files["b"]);
+  EXPECT_EQ(ReadFile(dir_ / "jb/in/b"), files.bytes.at("b"));
   // Larger than the whole quota: a clear error at once.
-  files["huge"] = Bytes(30'000, 'h');
-  dir_.Write("shared/huge", files["huge"]);
-  auto huge = Stage(input("huge"), Dest("jh"), "jh");
+  const std::string huge_bytes = Bytes(30'000, 'h');
+  dir_.Write("shared/huge", huge_bytes);
+  auto huge = Stage({{"in", {Ref("huge", "file://" + (dir_ / "shared/huge"), huge_bytes)}}},
+                    Dest("jh"), "jh");
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("is larger than the node cache's quota"),
             std::string::npos);
@@ -327,15 +336,8 @@ TEST_F(StagingTest, EvictsLeastRecentlyUsedButNeverWhatAJobHolds) {
 
 TEST_F(StagingTest, EntriesAndTheirOrderSurviveARestart) {
   cache_ = OpenCache(25'000);
-  std::map<std::string, std::string> files;
-  for (const char* name : {"a", "b", "c"}) {
-    files[name] = Bytes(10'000, name[0]);
-    dir_.Write(std::string("shared/") + name, files[name]);
-  }
-  auto input = [&](const std::string& name) {
-    return std::vector<StagedInput>{
-        {"in", {Ref(name, "file://" + (dir_ / ("shared/" + name)), files[name])}}};
-  };
+  const ThreeFiles files(dir_);
+  auto input = [&](const std::string& name) { return files.Input(name); };
   ASSERT_TRUE(Stage(input("b"), Dest("j1"), "j1").ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(Stage(input("a"), Dest("j2"), "j2").ok());
