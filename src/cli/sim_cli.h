@@ -5,6 +5,8 @@
 //   ferry sim --config cluster.yaml (--trace F.csv|F.json | --philly F | --helios F |
 //             --synthetic gen.yaml ...) [--policy fifo,fair_share,drf+cost ...]
 //             [--out DIR] [--cycle-s S] [--seed N] [--checkpoint] [--periodic]
+//             [--staging start-then-fetch,stage-on-admit,prefetch,off]
+//             [--staging-gbps G] [--staging-cache-gb GB] [--prefetch-window-s S]
 #pragma once
 
 #include <CLI/CLI.hpp>
