@@ -124,7 +124,7 @@ Result<json> YamlToJson(const yaml::Reporter& reporter, const yaml::Ref& ref,
         const bool child_strings =
             strings || input_field ||
             (path.empty() && (key == "command" || key == "env" || key == "labels" ||
-                              key == "gpu_models" || key == "datasets"));
+                              key == "gpu_models" || key == "datasets" || key == "image"));
         if (out.contains(key)) return reporter.Error(key_ref.location, child + ": appears twice");
         FERRY_ASSIGN_OR_RAISE(json value,
                               YamlToJson(reporter, value_ref, child, child_strings, depth + 1));
@@ -363,6 +363,7 @@ struct FleetCommands::State {
   std::vector<std::string> datasets;
   std::vector<std::string> inputs;
   std::string pool_set;
+  std::string image;
 
   // dataset
   CLI::App* dataset_create_cmd = nullptr;
@@ -537,6 +538,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.server_cmd->add_option("--scheduler-config", so.scheduler_config,
                            "Scheduler policies, pools, quotas and providers (YAML, "
                            "docs/fleet-config.md); re-read when it changes");
+  s.server_cmd->add_option("--registry-config", so.registry_config,
+                           "Container registries job images are resolved at: credentials, "
+                           "plain-http registries (YAML, docs/fleet-images.md)");
   s.server_cmd->add_option("--tls-cert", so.tls_cert_file,
                            "Serve HTTPS with this PEM certificate (chain); needs --tls-key");
   s.server_cmd->add_option("--tls-key", so.tls_key_file, "The PEM private key of --tls-cert");
@@ -586,6 +590,14 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.agent_cmd->add_option("--storage-config", ao.storage_config,
                           "YAML file naming the S3 endpoints (with credential files), file roots "
                           "and CA file this node stages inputs from (default: none)");
+  s.agent_cmd->add_option("--podman", ao.podman,
+                          "The podman binary tasks with an image run through (default: podman "
+                          "on PATH)");
+  s.agent_cmd->add_option("--insecure-registry", ao.insecure_registries,
+                          "Registry HOST[:PORT] images are pulled from over plain http "
+                          "(repeatable; loopback registries always are)");
+  s.agent_cmd->add_option("--registry-auth-file", ao.registry_auth_file,
+                          "podman's auth file (containers-auth.json) for private registries");
   s.agent_cmd
       ->add_option("--log-format", ao.log_format,
                    "text (default) or json: JSON lines with the node, job id, task and attempt")
@@ -614,6 +626,9 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                            "Gang placement preference: same_node or same_domain");
   s.submit_cmd->add_option("--dataset", s.datasets, "Data set the job reads (repeatable)");
   s.submit_cmd->add_option("--pool-set", s.pool_set, "Pool set of the scheduler config");
+  s.submit_cmd->add_option("--image", s.image,
+                           "Run the tasks in this container image: host[:port]/path[:tag], "
+                           "resolved to a digest at submission");
   s.submit_cmd->add_option("--input", s.inputs,
                            "Input staged before the start: NAME=DATASET[@VERSION] or "
                            "NAME=URI#sha256=HEX (repeatable; adds to the file's inputs)");
@@ -869,6 +884,7 @@ int FleetCommands::State::Submit(Client& client) {
   if (given("--topology")) body["topology"] = topology;
   if (!datasets.empty()) body["datasets"] = datasets;
   if (given("--pool-set")) body["pool_set"] = pool_set;
+  if (given("--image")) body["image"] = image;
   for (const std::string& text : inputs) {
     auto input = ParseInputFlag(text);
     if (!input.ok()) return UsageError(input.status().message());

@@ -44,6 +44,14 @@ struct AgentOptions {
   std::string cache_dir;
   int64_t cache_quota_bytes = 10LL << 30;
   std::string storage_config;
+  // Container images (docs/fleet-images.md): tasks of a job with an image
+  // run through `podman run`. The podman binary (empty: "podman" on PATH);
+  // registries pulled from over plain http besides loopback ones
+  // (host[:port]); podman's auth file (containers-auth.json) for private
+  // registries, empty: podman's default.
+  std::string podman;
+  std::vector<std::string> insecure_registries;
+  std::string registry_auth_file;
   // "text" (default) or "json": JSON lines on stderr with the node, job id,
   // task and attempt as fields where they apply (docs/fleet-agent.md#logs).
   std::string log_format = "text";

@@ -177,6 +177,12 @@ struct JobSpec {
   std::string topology;               // "", "same_node" or "same_domain" (a preference)
   std::vector<std::string> datasets;  // data sets the job reads (locality scoring)
   std::string pool_set;               // the scheduler config's pool set; "": the first
+  // A container image the tasks run in (docs/fleet-images.md):
+  // host[:port]/path[:tag][@sha256:...] (image_ref.h). The server resolves it
+  // at submission and stores the manifest digest the agents run; "": the
+  // tasks run as plain processes.
+  std::string image;
+  std::string image_digest;  // "sha256:<hex>", filled by the server
   // Checkpoints (docs/fleet-staging.md#checkpoints): each task's
   // $FERRY_CHECKPOINT_DIR goes to <uri><job id>/task-<index>/ every
   // interval_seconds (0: only when the task ends) and when it ends, and a

@@ -52,6 +52,10 @@ struct ServerOptions {
   // Empty: FIFO order, bin-packing, no quotas, no cloud pools. The file is
   // re-read when it changes; an invalid version is logged and ignored.
   std::string scheduler_config;
+  // Container registries job images are resolved at (YAML, docs/fleet-images.md):
+  // credentials, plain-http registries, CA file. Empty: every registry
+  // anonymously, over https (loopback ones over http).
+  std::string registry_config;
   // The `ferry` binary the local provider starts agents with; empty: the
   // running executable (/proc/self/exe).
   std::string ferry_binary;

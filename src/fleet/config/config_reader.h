@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -249,6 +252,33 @@ Status ReadList(ConfigReader& p, const Ref& ref, const std::string& path, std::v
     out->push_back(std::move(value));
     return Status::OK();
   });
+}
+
+// A secret named by `<key>_file` (`from_file`: a file holding the value) or
+// `<key>_env` (an environment variable); the value itself is never written
+// in a config file, where it would end up in backups and diffs. Trailing
+// newlines and spaces are dropped; an empty secret is an error.
+inline Status ReadSecret(ConfigReader& p, const Ref& value, const std::string& at, bool from_file,
+                         std::string* out) {
+  std::string source;
+  FERRY_RETURN_NOT_OK(p.String(value, at, &source));
+  if (from_file) {
+    std::ifstream in(source, std::ios::binary);
+    if (!in) return Status::Invalid(at + ": cannot read " + source);
+    std::stringstream text;
+    text << in.rdbuf();
+    *out = text.str();
+  } else {
+    const char* env = std::getenv(source.c_str());
+    if (env == nullptr)
+      return Status::Invalid(at + ": environment variable " + source + " is not set");
+    *out = env;
+  }
+  while (!out->empty() && (out->back() == '\n' || out->back() == '\r' || out->back() == ' ')) {
+    out->pop_back();
+  }
+  if (out->empty()) return Status::Invalid(at + ": the secret is empty");
+  return Status::OK();
 }
 
 }  // namespace ferry::fleet::config

@@ -9,6 +9,8 @@
 #include <set>
 #include <string_view>
 
+#include "ferry/fleet/image_ref.h"
+
 namespace ferry::fleet {
 
 std::optional<size_t> Utf8CodePoints(std::string_view text) {
@@ -309,6 +311,28 @@ void ReadInputs(SpecReader& spec_reader, std::vector<FieldError>* errors,
   });
 }
 
+// "image": a reference naming its registry; "image_digest": what the
+// server resolved it to (written by the server, read back from the store).
+void ReadImage(SpecReader& reader, JobSpec* spec) {
+  reader.String("image", 1, ImageRef::kMaxChars, &spec->image);
+  if (reader.Find("image") != nullptr && !spec->image.empty()) {
+    Result<ImageRef> parsed = ParseImageRef(spec->image);
+    if (!parsed.ok()) reader.Fail("image", parsed.status().message());
+    if (!spec->dataflow.empty()) {
+      reader.Fail("image", "cannot be combined with dataflow (ferry run is not in the image)");
+    }
+  }
+  reader.String("image_digest", 0, kMaxNameChars, &spec->image_digest);
+  if (!spec->image_digest.empty()) {
+    if (spec->image.empty()) {
+      reader.Fail("image_digest", "is only set with image");
+    } else if (spec->image_digest.rfind("sha256:", 0) != 0 ||
+               !CheckSha256(std::string_view(spec->image_digest).substr(7)).empty()) {
+      reader.Fail("image_digest", "must be \"sha256:\" and 64 lower-case hex digits");
+    }
+  }
+}
+
 }  // namespace
 
 Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) {
@@ -366,6 +390,7 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
     }
   }
   reader.String("pool_set", 0, kMaxNameChars, &spec.pool_set);
+  ReadImage(reader, &spec);
   ReadInputs(reader, errors, &spec.inputs);
   if (const json* checkpoint = reader.Find("checkpoint")) {
     if (!checkpoint->is_object()) {
@@ -434,6 +459,8 @@ json ToJson(const JobSpec& spec) {
     out["command"] = spec.command;
   }
   if (!spec.working_dir.empty()) out["working_dir"] = spec.working_dir;
+  if (!spec.image.empty()) out["image"] = spec.image;
+  if (!spec.image_digest.empty()) out["image_digest"] = spec.image_digest;
   json inputs = json::array();
   for (const JobInput& input : spec.inputs) inputs.push_back(ToJson(input));
   out["inputs"] = std::move(inputs);

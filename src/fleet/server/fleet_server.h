@@ -63,6 +63,7 @@
 #include "fleet/server/api_tokens.h"
 #include "fleet/server/in_flight_keys.h"
 #include "fleet/server/node_caches.h"
+#include "fleet/server/registry.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/scheduler_view.h"
@@ -143,6 +144,10 @@ class FleetServer {
               std::optional<ConfigWatcher> watcher);
 
   Status Run(std::atomic<bool>* stop, bool handle_signals);
+
+  // Where job images are resolved (registry.h); before Run. Without a call:
+  // every registry anonymously.
+  void UseRegistries(RegistryConfig config);
 
   // The route table as (method, pattern) pairs in the order routes match,
   // "{}" standing for one path segment. Filled by the constructor; the
@@ -365,6 +370,10 @@ class FleetServer {
   void RememberAddress(const std::string& node, const std::string& address);
   // What an agent needs to rendezvous a gang: every task's node address (the
   // node name when its agent never sent one) and the job's port.
+  // ---- Images (image_handlers.cc). Fills spec->image_digest from the
+  // image's registry; false after sending 422 (unknown image, access
+  // refused) or 503 (registry unreachable).
+  bool ResolveImage(Call& c, JobSpec* spec);
   void AddRendezvous(TaskAssignment* assignment);
   // Fills assignment->inputs from its spec's inputs: a dataset input's
   // manifest objects (read once per sync through `cache`), a uri input's
@@ -384,6 +393,7 @@ class FleetServer {
   TokenCache token_cache_;
   ServerMetrics metrics_;
   SubmissionChecker checker_;
+  std::unique_ptr<ImageResolver> images_ = std::make_unique<ImageResolver>(RegistryConfig{});
   int64_t metrics_event_cursor_ = -1;  // the last job event the metrics counted; -1: not started
 
   std::atomic<bool> stopping_{false};

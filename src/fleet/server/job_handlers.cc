@@ -73,6 +73,7 @@ void FleetServer::SubmitJob(Call& c) {
   if (verdict->unsatisfiable) {
     return SendProblem(c, 422, "unsatisfiable", *verdict->unsatisfiable);
   }
+  if (!ResolveImage(c, &*spec)) return;
   std::optional<InFlightKeys::Claim> claim;
   if (!key.empty()) {
     claim.emplace(&in_flight_, c.principal.user_id, key);

@@ -330,10 +330,18 @@ Status RunServer(const ServerOptions& options, std::atomic<bool>* stop, bool han
   }
   Result<std::unique_ptr<sched::Scheduler>> scheduler = sched::Scheduler::Make(std::move(config));
   if (!scheduler.ok()) return scheduler.status().WithPrefix("scheduler config: ");
+  server_internal::RegistryConfig registries;
+  if (!options.registry_config.empty()) {
+    Result<server_internal::RegistryConfig> loaded =
+        server_internal::LoadRegistryConfig(options.registry_config);
+    if (!loaded.ok()) return loaded.status().WithPrefix("registry config: ");
+    registries = std::move(*loaded);
+  }
   FERRY_ASSIGN_OR_RAISE(std::unique_ptr<Store> store, OpenStore(options.store_url));
   FERRY_RETURN_NOT_OK(server_internal::Bootstrap(*store, options.data_dir));
   server_internal::FleetServer server(options, std::move(listener), std::move(store),
                                       std::move(*scheduler), std::move(watcher));
+  server.UseRegistries(std::move(registries));
   return server.Run(stop, handle_signals);
 }
 

@@ -12,32 +12,8 @@ namespace ferry::fleet {
 namespace {
 
 using config::ConfigReader;
+using config::ReadSecret;
 using yaml::Ref;
-
-// A secret named by `<key>_file` or `<key>_env`; the value itself is never
-// written in the file (it would end up in backups and diffs).
-Status ReadSecret(ConfigReader& p, const Ref& value, const std::string& at, bool from_file,
-                  std::string* out) {
-  std::string source;
-  FERRY_RETURN_NOT_OK(p.String(value, at, &source));
-  if (from_file) {
-    std::ifstream in(source, std::ios::binary);
-    if (!in) return Status::Invalid(at + ": cannot read " + source);
-    std::stringstream text;
-    text << in.rdbuf();
-    *out = text.str();
-  } else {
-    const char* env = std::getenv(source.c_str());
-    if (env == nullptr)
-      return Status::Invalid(at + ": environment variable " + source + " is not set");
-    *out = env;
-  }
-  while (!out->empty() && (out->back() == '\n' || out->back() == '\r' || out->back() == ' ')) {
-    out->pop_back();
-  }
-  if (out->empty()) return Status::Invalid(at + ": the secret is empty");
-  return Status::OK();
-}
 
 Status ReadEndpoint(ConfigReader& p, const Ref& ref, const std::string& path, S3Endpoint* e) {
   bool have_key = false;
