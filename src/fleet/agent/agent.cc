@@ -26,6 +26,7 @@
 #include "ferry/fleet/model_json.h"
 #include "fleet/agent/agent_internal.h"
 #include "fleet/agent/agent_metrics.h"
+#include "fleet/agent/container.h"
 #include "fleet/agent/input_stager.h"
 #include "fleet/agent/nvml.h"
 #include "fleet/agent/task_runner.h"
@@ -205,6 +206,8 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   out.name = ReadString(*spec, "name");
   out.working_dir = ReadString(*spec, "working_dir");
   out.dataflow = ReadString(*spec, "dataflow");
+  out.image = ReadString(*spec, "image");
+  out.image_digest = ReadString(*spec, "image_digest");
   ReadNumber(*spec, "tasks", &out.tasks);
   ReadNumber(*spec, "gpus_per_task", &out.gpus_per_task);
   ReadNumber(*spec, "memory_mb_per_task", &out.memory_mb_per_task);
@@ -721,6 +724,7 @@ class Agent {
   std::unique_ptr<TaskRunner> runner_;
   std::unique_ptr<agent_internal::InputStager> stager_;  // its threads call Wake()
   std::unique_ptr<agent_internal::MetricsListener> metrics_listener_;
+  std::unique_ptr<agent_internal::ContainerJanitor> containers_;  // tasks in images
 };
 
 void Agent::Sleep(std::chrono::milliseconds duration) {
@@ -781,6 +785,13 @@ Status Agent::Prepare() {
     if (nvml_) gpus_ = nvml_->devices();
     if (nvml_ && (options_.metrics_listen.empty() || gpus_.empty())) nvml_.reset();
   }
+  agent_internal::ContainerOptions containers;
+  if (!options_.podman.empty()) containers.podman = options_.podman;
+  containers.insecure_registries = options_.insecure_registries;
+  containers.auth_file = options_.registry_auth_file;
+  containers.node_name = options_.node_name;
+  containers.cdi_gpus = !gpus_.empty();  // found by NVML, not declared
+  containers_ = std::make_unique<agent_internal::ContainerJanitor>(std::move(containers));
   if (gpus_.empty()) gpus_ = options_.declared_gpus;
   instance_ = RandomInstance();
 
@@ -1036,6 +1047,18 @@ void Agent::Launch(const agent_internal::InputStager::Ready& ready) {
   }
   WriteHostfile(launch.env["FERRY_HOSTFILE"],
                 agent_internal::GangHostfile(ready.assignment, node_));
+  if (!ready.assignment.spec.image.empty()) {
+    agent_internal::ContainerMounts mounts;
+    if (!launch.read_only_dir.empty()) mounts.read_only.push_back(launch.read_only_dir);
+    launch.read_only_dir.clear();  // podman mounts it read-only
+    if (auto dir = launch.env.find("FERRY_CHECKPOINT_DIR"); dir != launch.env.end()) {
+      mounts.writable.push_back(dir->second);
+    }
+    mounts.read_only_files.push_back(launch.env["FERRY_HOSTFILE"]);
+    agent_internal::WrapInContainer(containers_->options(), ready.assignment.spec,
+                                    ready.assignment.gpu_indices, mounts, node_.base_env, &launch);
+    containers_->Started(ready.assignment.ref);
+  }
   runner_->Start(launch);
   stager_->checkpoints()->Started(ready.assignment);
 }
@@ -1099,6 +1122,7 @@ Status Agent::Run() {
     }
     for (const TaskReport& held : held_exits_) running.push_back(held.ref);
     for (auto& report : runner_->TakeReports()) {
+      if (report.kind != TaskReport::Kind::kStarted) containers_->Ended(report.ref);
       if (report.kind != TaskReport::Kind::kStarted && stager_->checkpoints()->Ended(report.ref)) {
         LogReport(report);
         running.push_back(report.ref);
