@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,8 +49,6 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   if (argv.empty() || argv[0].empty() || argv[0].front() != '/') {
     return Status::Invalid("run: the program must be an absolute path");
   }
-  // Everything the child needs is built before fork: after it only
-  // async-signal-safe calls are allowed.
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
@@ -72,28 +71,43 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     }
     return Status::IOError(std::string("run: pipe: ") + std::strerror(saved));
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int saved = errno;
+  // posix_spawn rather than fork: glibc starts the child with vfork
+  // semantics, so a server with a large address space and many threads does
+  // not pay for copying its page tables on every sbatch (docs/benchmarks.md,
+  // "Slurm pools").
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attributes);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  sigset_t none, pipe_only;
+  sigemptyset(&none);
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &pipe_only);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, args[0], &actions, &attributes, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (spawned != 0) {
     for (int* fd :
          {&in_pipe[0], &in_pipe[1], &out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1]}) {
       CloseFd(fd);
     }
-    return Status::IOError(std::string("run: fork: ") + std::strerror(saved));
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(in_pipe[0], 0);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execve(args[0], args.data(), envp.data());
-    static const char kFailed[] = "exec failed\n";
-    (void)!::write(2, kFailed, sizeof(kFailed) - 1);
-    ::_exit(127);
+    if (spawned == ENOENT || spawned == EACCES || spawned == ENOEXEC) {
+      // What a shell would say: the program could not be run.
+      CommandResult result;
+      result.exit_code = 127;
+      result.err = "exec failed: " + std::string(std::strerror(spawned)) + "\n";
+      return result;
+    }
+    return Status::IOError(std::string("run: posix_spawn: ") + std::strerror(spawned));
   }
   CloseFd(&in_pipe[0]);
   CloseFd(&out_pipe[1]);
