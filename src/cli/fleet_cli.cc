@@ -1014,6 +1014,11 @@ int FleetCommands::State::JobStatus(Client& client, int64_t id) {
   } else {
     std::cout << "command    " << Join(spec.value("command", json::array()), " ") << "\n";
   }
+  if (spec.contains("image") && spec["image"].is_string()) {
+    std::cout << "image      " << Field(spec, "image");
+    if (spec.contains("image_digest")) std::cout << " (" << Field(spec, "image_digest") << ")";
+    std::cout << "\n";
+  }
   std::cout << "tasks      " << Field(spec, "tasks") << " x " << Field(spec, "gpus_per_task")
             << " GPU, priority " << Field(spec, "priority") << "\n";
   // What it reads, as resolved at submission (dataset inputs name their version).

@@ -201,6 +201,8 @@ def test_a_job_runs_in_an_image_from_the_registry_by_digest(fleet, registry, tmp
     assert f"job={job_id} task=0 lr=0.5 gpus=[0]" in out, out  # declared GPU 0, no CDI
     assert "READONLY" in out and "WRITABLE" not in out, out
     assert (work / "result.txt").read_text() == "written\n"
+    status = harness.cli(server, "status", str(job_id))
+    assert f"image      {ref} ({digest})" in status.stdout, status.stdout
     # The agent pulled it by digest into its own store, and left no container.
     images = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"],
                             env=agent_env, capture_output=True, text=True, timeout=60).stdout
