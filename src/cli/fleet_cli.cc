@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -19,6 +20,7 @@
 #include "cli/log_lines.h"
 #include "ferry/fleet/agent.h"
 #include "ferry/fleet/client.h"
+#include "ferry/fleet/code_bundle.h"
 #include "ferry/fleet/model.h"
 #include "ferry/fleet/server.h"
 #include "ferry/fleet/staging.h"
@@ -363,6 +365,9 @@ struct FleetCommands::State {
   std::vector<std::string> datasets;
   std::vector<std::string> inputs;
   std::string pool_set;
+  std::string workdir;
+  std::string code_git;
+  std::string code_commit;
   std::string image;
 
   // dataset
@@ -432,6 +437,8 @@ struct FleetCommands::State {
   int RunAgent();
   int RunUser();
   int Submit(Client& client);
+  // Packs `dir` and uploads it (POST /v1/code); its digest.
+  Result<std::string> UploadCode(Client& client, const std::string& dir);
   int Jobs(Client& client);
   int JobStatus(Client& client, int64_t id);
   int Logs(Client& client, int64_t id);
@@ -521,6 +528,10 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
       ->add_option("--max-manifest-bytes", so.max_manifest_bytes,
                    "Largest dataset manifest (POST /v1/datasets; default 64 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  s.server_cmd
+      ->add_option("--max-code-bundle-bytes", so.max_code_bundle_bytes,
+                   "Largest code bundle (POST /v1/code; default 256 MiB)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
   s.server_cmd
       ->add_option("--rate", so.rate_per_second,
                    "Requests per second per user (0: unlimited; default 200)")
@@ -632,6 +643,13 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.submit_cmd->add_option("--input", s.inputs,
                            "Input staged before the start: NAME=DATASET[@VERSION] or "
                            "NAME=URI#sha256=HEX (repeatable; adds to the file's inputs)");
+  s.submit_cmd->add_option("--workdir", s.workdir,
+                           "Upload this directory as the job's code (a content-addressed bundle); "
+                           "the task runs in it, read-only, at $FERRY_CODE_DIR");
+  s.submit_cmd->add_option("--code-git", s.code_git,
+                           "Run the job's code from this git repository (with --code-commit)");
+  s.submit_cmd->add_option("--code-commit", s.code_commit,
+                           "The full commit id of --code-git to check out");
   s.submit_cmd->add_option("--idempotency-key", s.idempotency_key,
                            "Retry-safe key: resubmitting with it returns the same job");
 
@@ -840,6 +858,38 @@ int FleetCommands::State::RunUser() {
   return AdminUserAdd(client);
 }
 
+Result<std::string> FleetCommands::State::UploadCode(Client& client, const std::string& dir) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ferry-code-XXXXXX").string();
+  const int fd = ::mkstemp(pattern.data());
+  if (fd < 0) return Status::IOError("cannot create a temporary file for the code bundle");
+  ::close(fd);
+  struct Remove {
+    std::string path;
+    ~Remove() { std::remove(path.c_str()); }
+  } remove{pattern};
+  FERRY_ASSIGN_OR_RAISE(fleet::BundleInfo info, fleet::PackDirectory(dir, pattern));
+  std::ifstream in(pattern, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  Request request;
+  request.method = "POST";
+  request.path = "/v1/code";
+  request.raw_body = bytes.str();
+  request.content_type = "application/gzip";
+  FERRY_ASSIGN_OR_RAISE(Response response, client.Send(request));
+  const std::string digest = response.body.value("digest", "");
+  if (digest != "sha256:" + info.sha256) {
+    return Status::IOError("the server stored the code bundle as " + digest +
+                           ", not sha256:" + info.sha256);
+  }
+  if (!json_output) {
+    std::cerr << "code: " << dir << " -> " << digest.substr(0, 19) << " (" << info.files
+              << (info.files == 1 ? " entry, " : " entries, ") << fleet::FormatBytes(info.bytes)
+              << (response.status == 201 ? " uploaded" : " already on the server") << ")\n";
+  }
+  return digest;
+}
+
 int FleetCommands::State::Submit(Client& client) {
   json body = json::object();
   if (!job_file.empty()) {
@@ -892,6 +942,30 @@ int FleetCommands::State::Submit(Client& client) {
     body["inputs"].push_back(std::move(*input));
   }
   if (!gpu_models.empty()) body["gpu_models"] = gpu_models;
+  // The job's code: a directory packed and uploaded here, or a git commit.
+  std::string code_dir = workdir;
+  if (code_dir.empty() && body.contains("workdir")) {
+    if (!body["workdir"].is_string() || body["workdir"].get<std::string>().empty()) {
+      return UsageError("workdir in " + job_file + " must be a directory name");
+    }
+    // Relative to the job file, as a user reads it.
+    std::filesystem::path dir = body["workdir"].get<std::string>();
+    if (dir.is_relative()) dir = std::filesystem::path(job_file).parent_path() / dir;
+    code_dir = dir.lexically_normal().string();
+  }
+  body.erase("workdir");
+  if (!code_dir.empty() && !code_git.empty()) {
+    return UsageError("--workdir and --code-git are exclusive: the job has one code");
+  }
+  if (given("--code-commit") && code_git.empty()) {
+    return UsageError("--code-commit goes with --code-git");
+  }
+  if (!code_git.empty()) body["code"] = {{"git", code_git}, {"commit", code_commit}};
+  if (!code_dir.empty()) {
+    auto uploaded = UploadCode(client, code_dir);
+    if (!uploaded.ok()) return ApiError(uploaded.status());
+    body["code"] = {{"bundle", *uploaded}};
+  }
   for (const auto& [flag, values, field] :
        {std::tuple{"--env", &env, "env"}, std::tuple{"--label", &labels, "labels"}}) {
     for (const auto& item : *values) {

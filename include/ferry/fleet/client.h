@@ -58,9 +58,12 @@ struct Request {
   std::string path;                                        // "/v1/jobs"
   std::vector<std::pair<std::string, std::string>> query;  // appended URL-encoded
   std::optional<nlohmann::json> body;                      // sent as application/json
-  std::map<std::string, std::string> headers;              // extra headers (Idempotency-Key, ...)
-  int64_t extra_read_timeout_ms = 0;                       // added to the read timeout (long polls)
-  bool allow_error_status = false;  // true: return >= 400 responses as values
+  // Or raw bytes (an upload) sent with `content_type`; ignored when `body` is set.
+  std::optional<std::string> raw_body;
+  std::string content_type = "application/octet-stream";
+  std::map<std::string, std::string> headers;  // extra headers (Idempotency-Key, ...)
+  int64_t extra_read_timeout_ms = 0;           // added to the read timeout (long polls)
+  bool allow_error_status = false;             // true: return >= 400 responses as values
 };
 
 // The message for an error response: "<status> <problem type suffix>: <what>",

@@ -193,7 +193,26 @@ struct JobSpec {
     int64_t interval_seconds = 0;
   };
   Checkpoint checkpoint;
+  // Outputs (docs/fleet-staging.md#outputs): each task's $FERRY_OUTPUTS_DIR,
+  // empty when the attempt starts, goes to <uri><job id>/task-<index>/ once,
+  // when the task ends (before its exit is reported). uri "": none.
+  struct Outputs {
+    std::string uri;  // s3://bucket/prefix/ or file:///dir/ (ends in '/')
+  };
+  Outputs outputs;
   std::vector<JobInput> inputs;  // staged before start; at most 64
+  // The job's code (docs/fleet-staging.md#code), laid out read-only at
+  // $FERRY_CODE_DIR, which is the task's working directory unless
+  // working_dir is set. Either a bundle the job's tenant uploaded
+  // (POST /v1/code) or one commit of a git repository the agent clones.
+  struct Code {
+    std::string bundle;  // "sha256:" and 64 lower-case hex digits
+    std::string git;     // a repository URL: https://, http://, ssh://, git:// or file:///
+    std::string commit;  // with git: the full 40-hex commit id
+    int64_t bytes = 0;   // a bundle's size, filled in by the server at submission
+    bool empty() const { return bundle.empty() && git.empty(); }
+  };
+  Code code;
 };
 
 // One task of one attempt placed on a node.

@@ -30,6 +30,9 @@ struct ServerOptions {
   int64_t max_body_bytes = 1 << 20;
   // POST /v1/datasets only: a manifest of 100,000 objects is ~15 MiB of JSON.
   int64_t max_manifest_bytes = int64_t{64} << 20;
+  // POST /v1/code only: the largest code bundle (a gzip'd tar archive),
+  // kept under <data_dir>/code/<tenant id>/ (docs/fleet-staging.md#code).
+  int64_t max_code_bundle_bytes = int64_t{256} << 20;
   double rate_per_second = 200;  // per-user token bucket (0 disables)
   double rate_burst = 400;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;

@@ -49,6 +49,13 @@ struct StorageConfig {
   // Each HTTP(S)/S3 download is held at or below this rate; 0: no limit.
   // Keeps staging from starving the node's network (checkpoints, NCCL).
   int64_t max_bytes_per_second = 0;
+  // The Ferry server the agent syncs with (its --server URL, set by the
+  // agent, not the YAML): requests for URLs under it carry the agent's
+  // bearer token and are verified with its CA file (code bundles), and plain
+  // http:// is allowed for it whatever allow_http says.
+  std::string server_url;
+  std::string server_token;
+  std::string server_ca_file;
 };
 
 // Reads the YAML storage configuration (docs/fleet-staging.md#storage-configuration).

@@ -251,6 +251,9 @@ struct TaskReport {
   std::optional<int> exit_code;  // kExited: the exit status, or unset when killed by a signal
   std::optional<int> signal;     // kExited by a signal
   std::string message;
+  // kExited: what else the agent has to say for the timeline (a final
+  // checkpoint or outputs upload that failed); appended to the event.
+  std::string note;
   int64_t at_ms = 0;
 };
 

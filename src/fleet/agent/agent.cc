@@ -216,6 +216,15 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
     out.checkpoint.uri = ReadString(*checkpoint, "uri");
     ReadNumber(*checkpoint, "interval_seconds", &out.checkpoint.interval_seconds);
   }
+  if (auto outputs = spec->find("outputs"); outputs != spec->end() && outputs->is_object()) {
+    out.outputs.uri = ReadString(*outputs, "uri");
+  }
+  if (auto code = spec->find("code"); code != spec->end() && code->is_object()) {
+    out.code.bundle = ReadString(*code, "bundle");
+    out.code.git = ReadString(*code, "git");
+    out.code.commit = ReadString(*code, "commit");
+    ReadNumber(*code, "bytes", &out.code.bytes);
+  }
   if (auto command = spec->find("command"); command != spec->end() && command->is_array()) {
     for (const auto& arg : *command) {
       if (!arg.is_string()) return Status::Invalid("assignment command holds a non-string");
@@ -467,6 +476,7 @@ json ToJson(const TaskReport& report) {
   out["exit_code"] = report.exit_code ? json(*report.exit_code) : json(nullptr);
   out["signal"] = report.signal ? json(*report.signal) : json(nullptr);
   out["message"] = report.message;
+  if (!report.note.empty()) out["note"] = report.note;
   out["at_ms"] = report.at_ms;
   return out;
 }
@@ -818,6 +828,9 @@ Status Agent::Prepare() {
   stager_options.cache_dir = options_.cache_dir;
   stager_options.cache_quota_bytes = options_.cache_quota_bytes;
   stager_options.storage_config = options_.storage_config;
+  stager_options.server_url = options_.server_url;
+  stager_options.server_token = options_.token;
+  stager_options.server_ca_file = options_.ca_file;
   stager_options.node_name = options_.node_name;
   stager_options.wake = [this] { Wake(); };
   FERRY_ASSIGN_OR_RAISE(stager_, agent_internal::InputStager::Open(std::move(stager_options)));
@@ -1036,7 +1049,12 @@ void Agent::Launch(const agent_internal::InputStager::Ready& ready) {
   LaunchSpec launch = agent_internal::BuildLaunchSpec(ready.assignment, node_);
   if (!ready.inputs_dir.empty()) {
     launch.env["FERRY_INPUTS_DIR"] = ready.inputs_dir;
-    launch.read_only_dir = ready.inputs_dir;
+    launch.read_only_dirs.push_back(ready.inputs_dir);
+  }
+  if (!ready.code_dir.empty()) {
+    launch.env["FERRY_CODE_DIR"] = ready.code_dir;
+    launch.read_only_dirs.push_back(ready.code_dir);
+    if (ready.assignment.spec.working_dir.empty()) launch.working_dir = ready.code_dir;
   }
   if (!ready.assignment.spec.checkpoint.uri.empty()) {
     const std::string dir =
@@ -1045,14 +1063,24 @@ void Agent::Launch(const agent_internal::InputStager::Ready& ready) {
     std::filesystem::create_directories(dir, ignored);
     launch.env["FERRY_CHECKPOINT_DIR"] = dir;
   }
+  if (!ready.assignment.spec.outputs.uri.empty()) {
+    // Empty at the start: what the task leaves here is what it produced.
+    const std::string dir = stager_->checkpoints()->OutputsDir(ready.assignment.ref);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    std::filesystem::create_directories(dir, ignored);
+    launch.env["FERRY_OUTPUTS_DIR"] = dir;
+  }
   WriteHostfile(launch.env["FERRY_HOSTFILE"],
                 agent_internal::GangHostfile(ready.assignment, node_));
   if (!ready.assignment.spec.image.empty()) {
     agent_internal::ContainerMounts mounts;
-    if (!launch.read_only_dir.empty()) mounts.read_only.push_back(launch.read_only_dir);
-    launch.read_only_dir.clear();  // podman mounts it read-only
-    if (auto dir = launch.env.find("FERRY_CHECKPOINT_DIR"); dir != launch.env.end()) {
-      mounts.writable.push_back(dir->second);
+    mounts.read_only = launch.read_only_dirs;
+    launch.read_only_dirs.clear();  // podman mounts them read-only
+    for (const char* writable : {"FERRY_CHECKPOINT_DIR", "FERRY_OUTPUTS_DIR"}) {
+      if (auto dir = launch.env.find(writable); dir != launch.env.end()) {
+        mounts.writable.push_back(dir->second);
+      }
     }
     mounts.read_only_files.push_back(launch.env["FERRY_HOSTFILE"]);
     agent_internal::WrapInContainer(containers_->options(), ready.assignment.spec,
@@ -1111,9 +1139,11 @@ Status Agent::Run() {
     for (const std::string& error : stager_->checkpoints()->TakeErrors()) {
       Warn(error, {{"node", options_.node_name}});
     }
-    for (const TaskRef& done : stager_->checkpoints()->TakeFinished()) {
+    for (const auto& [done, failed] : stager_->checkpoints()->TakeFinished()) {
       for (auto it = held_exits_.begin(); it != held_exits_.end(); ++it) {
         if (it->ref == done) {
+          // The timeline says what could not be kept (the exit decides the state).
+          if (!failed.empty()) it->note = failed;
           pending_.push_back({std::move(*it), shipper_->enqueued(), Clock::now()});
           held_exits_.erase(it);
           break;

@@ -53,6 +53,15 @@ std::string Checkpoints::Dir(int64_t job, int task) const {
   return work_dir_ + "/checkpoints/" + std::to_string(job) + "-" + std::to_string(task);
 }
 
+std::string Checkpoints::OutputsDir(const TaskRef& ref) const {
+  return work_dir_ + "/outputs/" + std::to_string(ref.job_id) + "-" + std::to_string(ref.task) +
+         "-" + std::to_string(ref.attempt);
+}
+
+std::string Checkpoints::DirOf(const Task& task) const {
+  return task.outputs ? OutputsDir({task.job, task.task, task.attempt}) : Dir(task.job, task.task);
+}
+
 std::string Checkpoints::Prefix(const std::string& uri, int64_t job, int task) {
   return uri + std::to_string(job) + "/task-" + std::to_string(task) + "/";
 }
@@ -127,28 +136,42 @@ Status Checkpoints::Restore(const std::string& tenant, const std::string& uri, i
 }
 
 void Checkpoints::Started(const TaskAssignment& assignment) {
-  const JobSpec::Checkpoint& spec = assignment.spec.checkpoint;
-  if (spec.uri.empty()) return;
-  auto task = std::make_unique<Task>();
-  task->tenant = assignment.tenant;
-  task->uri = spec.uri;
-  task->job = assignment.ref.job_id;
-  task->task = assignment.ref.task;
-  task->attempt = assignment.ref.attempt;
-  task->interval = std::chrono::seconds(spec.interval_seconds);
-  task->next = std::chrono::steady_clock::now() + task->interval;
-  tasks_[KeyOf(assignment.ref)] = std::move(task);
+  for (const bool outputs : {false, true}) {
+    const std::string& uri = outputs ? assignment.spec.outputs.uri : assignment.spec.checkpoint.uri;
+    if (uri.empty()) continue;
+    auto task = std::make_unique<Task>();
+    task->outputs = outputs;
+    task->tenant = assignment.tenant;
+    task->uri = uri;
+    task->job = assignment.ref.job_id;
+    task->task = assignment.ref.task;
+    task->attempt = assignment.ref.attempt;
+    // Outputs go once, at the end.
+    task->interval =
+        std::chrono::seconds(outputs ? 0 : assignment.spec.checkpoint.interval_seconds);
+    task->next = std::chrono::steady_clock::now() + task->interval;
+    tasks_[KeyOf(assignment.ref, outputs)] = std::move(task);
+  }
 }
 
 bool Checkpoints::Ended(const TaskRef& ref) {
-  auto it = tasks_.find(KeyOf(ref));
-  if (it == tasks_.end()) return false;
-  Task& task = *it->second;
-  task.ended = true;
-  task.final_pending = true;
-  if (!task.busy.load()) {
-    task.final_pending = false;
-    StartUpload(&task);
+  std::vector<Task*> ended;
+  for (const bool outputs : {false, true}) {
+    auto it = tasks_.find(KeyOf(ref, outputs));
+    if (it != tasks_.end() && !it->second->ended) ended.push_back(it->second.get());
+  }
+  if (ended.empty()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finals_left_[{ref.job_id, ref.task, ref.attempt}] = static_cast<int>(ended.size());
+  }
+  for (Task* task : ended) {
+    task->ended = true;
+    task->final_pending = true;
+    if (!task->busy.load()) {
+      task->final_pending = false;
+      StartUpload(task);
+    }
   }
   return true;
 }
@@ -183,14 +206,42 @@ void Checkpoints::StartUpload(Task* task) {
   const bool final = task->ended;
   task->upload = std::thread([this, task, final] {
     Status status = UploadNow(task);
+    // A final upload is the last chance: tried again after 1 s and 2 s.
+    for (int retry = 1; final && !status.ok() && retry <= 2; ++retry) {
+      std::this_thread::sleep_for(std::chrono::seconds(retry));
+      status = UploadNow(task);
+    }
+    const std::string what = task->outputs ? "outputs" : "checkpoint";
+    if (final && task->outputs && status.ok()) {
+      // Uploaded: the node keeps no copy.
+      std::error_code ignored;
+      std::filesystem::remove_all(DirOf(*task), ignored);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) {
-        errors_.push_back("job " + std::to_string(task->job) + " task " +
-                          std::to_string(task->task) +
-                          ": checkpoint upload failed: " + status.message());
+        errors_.push_back(
+            "job " + std::to_string(task->job) + " task " + std::to_string(task->task) + ": " +
+            what + " upload failed: " + status.message() +
+            (final && task->outputs ? " (the files stay in " + DirOf(*task) + ")" : ""));
       }
-      if (final) finished_.push_back({task->job, task->task, task->attempt});
+      if (final) {
+        const std::tuple<int64_t, int, int> ref{task->job, task->task, task->attempt};
+        if (!status.ok()) {
+          std::string& error = final_errors_[ref];
+          error += (error.empty() ? "" : "; ") + what + " upload failed: " + status.message();
+        }
+        auto left = finals_left_.find(ref);
+        if (left == finals_left_.end() || --left->second <= 0) {
+          if (left != finals_left_.end()) finals_left_.erase(left);
+          std::string error;
+          if (auto failed = final_errors_.find(ref); failed != final_errors_.end()) {
+            error = std::move(failed->second);
+            final_errors_.erase(failed);
+          }
+          finished_.push_back({TaskRef{task->job, task->task, task->attempt}, std::move(error)});
+        }
+      }
     }
     task->busy = false;
     if (wake_) wake_();
@@ -198,7 +249,7 @@ void Checkpoints::StartUpload(Task* task) {
 }
 
 Status Checkpoints::UploadNow(Task* task) {
-  const std::string dir = Dir(task->job, task->task);
+  const std::string dir = DirOf(*task);
   const std::string prefix = Prefix(task->uri, task->job, task->task);
   nlohmann::json files = nlohmann::json::array();
   std::error_code error;
@@ -242,9 +293,9 @@ Status Checkpoints::UploadNow(Task* task) {
   return status;
 }
 
-std::vector<TaskRef> Checkpoints::TakeFinished() {
+std::vector<std::pair<TaskRef, std::string>> Checkpoints::TakeFinished() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<TaskRef> out;
+  std::vector<std::pair<TaskRef, std::string>> out;
   out.swap(finished_);
   return out;
 }

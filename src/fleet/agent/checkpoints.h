@@ -6,6 +6,9 @@
 // are not sent again), then MANIFEST.json listing them, written last, so a
 // checkpoint exists only once whole. A new attempt restores the last
 // manifest's files (verified through the node cache) before it starts.
+// Outputs (docs/fleet-staging.md#outputs) go the same way, once, when the
+// task ends: FERRY_OUTPUTS_DIR (<work-dir>/outputs/<job>-<task>-<attempt>,
+// empty at the start) to the outputs uri; never restored.
 // Driven from the agent's sync loop; uploads run on their own threads.
 #pragma once
 
@@ -19,6 +22,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ferry/base/status.h"
@@ -36,6 +40,7 @@ class Checkpoints {
   Checkpoints& operator=(const Checkpoints&) = delete;
 
   std::string Dir(int64_t job, int task) const;
+  std::string OutputsDir(const TaskRef& ref) const;
   // The object-store prefix of one task's checkpoints.
   static std::string Prefix(const std::string& uri, int64_t job, int task);
 
@@ -46,10 +51,13 @@ class Checkpoints {
 
   // A task with checkpoints started: periodic uploads begin.
   void Started(const TaskAssignment& assignment);
-  // The task ended: its final upload starts. True when its exit report must
-  // wait for it (TakeFinished hands the ref back).
+  // The task ended: its final uploads start (checkpoint and outputs). True
+  // when its exit report must wait for them (TakeFinished hands the ref back
+  // once both are done).
   bool Ended(const TaskRef& ref);
-  std::vector<TaskRef> TakeFinished();
+  // Tasks whose final uploads are done, each with what failed ("" when
+  // nothing did) for its exit report.
+  std::vector<std::pair<TaskRef, std::string>> TakeFinished();
   // Starts the periodic uploads that are due.
   void Tick();
   // Messages of uploads that failed since the last call (for the agent log).
@@ -57,6 +65,7 @@ class Checkpoints {
 
  private:
   struct Task {
+    bool outputs = false;  // the outputs directory, not the checkpoint
     std::string tenant;
     std::string uri;
     int64_t job = 0;
@@ -78,12 +87,15 @@ class Checkpoints {
   const ObjectFetcher* fetcher_;
   ContentCache* cache_;
   std::function<void()> wake_;
-  static std::tuple<int64_t, int, int> KeyOf(const TaskRef& ref) {
-    return {ref.job_id, ref.task, ref.attempt};
+  std::string DirOf(const Task& task) const;
+  static std::tuple<int64_t, int, int, bool> KeyOf(const TaskRef& ref, bool outputs) {
+    return {ref.job_id, ref.task, ref.attempt, outputs};
   }
-  std::map<std::tuple<int64_t, int, int>, std::unique_ptr<Task>> tasks_;
-  std::mutex mu_;  // finished_, errors_
-  std::vector<TaskRef> finished_;
+  std::map<std::tuple<int64_t, int, int, bool>, std::unique_ptr<Task>> tasks_;
+  std::mutex mu_;                                             // finished_, errors_, finals_left_
+  std::map<std::tuple<int64_t, int, int>, int> finals_left_;  // final uploads in flight per task
+  std::vector<std::pair<TaskRef, std::string>> finished_;
+  std::map<std::tuple<int64_t, int, int>, std::string> final_errors_;
   std::vector<std::string> errors_;
 };
 

@@ -1,10 +1,17 @@
 // InputStager (input_stager.h).
 #include "fleet/agent/input_stager.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
+
+#include "ferry/fleet/code_bundle.h"
+#include "fleet/slurm/run_command.h"
 
 namespace ferry::fleet::agent_internal {
 namespace {
@@ -34,6 +41,9 @@ Result<std::unique_ptr<InputStager>> InputStager::Open(Options options) {
   if (!options.storage_config.empty()) {
     FERRY_ASSIGN_OR_RAISE(storage, LoadStorageConfig(options.storage_config));
   }
+  storage.server_url = options.server_url;
+  storage.server_token = options.server_token;
+  storage.server_ca_file = options.server_ca_file;
   if (options.cache_dir.empty()) options.cache_dir = options.work_dir + "/cache";
   std::unique_ptr<InputStager> stager(new InputStager(std::move(options)));
   stager->fetcher_ = std::make_unique<ObjectFetcher>(std::move(storage));
@@ -44,9 +54,10 @@ Result<std::unique_ptr<InputStager>> InputStager::Open(Options options) {
                                     stager->cache_.get(), stager->options_.wake);
   // Trees a previous agent left: its tasks died with it.
   std::error_code ignored;
-  const std::string inputs = stager->options_.work_dir + "/inputs";
-  if (std::filesystem::exists(inputs, ignored)) {
-    for (const auto& entry : std::filesystem::directory_iterator(inputs, ignored)) {
+  for (const char* kind : {"/inputs", "/code", "/outputs"}) {
+    const std::string trees = stager->options_.work_dir + kind;
+    if (!std::filesystem::exists(trees, ignored)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(trees, ignored)) {
       RemoveStagedTree(entry.path().string());
     }
   }
@@ -67,8 +78,9 @@ void InputStager::Queue(const TaskRef& ref, TaskReport::Kind kind, std::string m
 }
 
 void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
-  if (assignment.inputs.empty() && assignment.spec.checkpoint.uri.empty()) {
-    ready->push_back({std::move(assignment), std::string()});
+  if (assignment.inputs.empty() && assignment.spec.checkpoint.uri.empty() &&
+      assignment.spec.code.empty()) {
+    ready->push_back({std::move(assignment), std::string(), std::string()});
     return;
   }
   const TaskRef ref = assignment.ref;
@@ -83,7 +95,7 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
       // Another task of an attempt staged here already: it shares the tree.
       Queue(ref, TaskReport::Kind::kStaged, StagedMessage(attempt));
       attempt.launched.push_back(ref);
-      ready->push_back({std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string()});
+      ready->push_back(ReadyOf(attempt, std::move(assignment)));
       return;
     }
     if (!attempt.ended) {
@@ -101,6 +113,11 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
   attempt->dir = options_.work_dir + "/inputs/" + std::to_string(ref.job_id) + "-" +
                  std::to_string(ref.attempt);
   attempt->inputs = assignment.inputs.size();
+  if (!assignment.spec.code.empty()) {
+    attempt->code_dir = options_.work_dir + "/code/" + std::to_string(ref.job_id) + "-" +
+                        std::to_string(ref.attempt);
+  }
+  const JobSpec::Code code = assignment.spec.code;
   int64_t objects = 0;
   int64_t bytes = 0;
   for (const StagedInput& input : assignment.inputs) {
@@ -109,21 +126,27 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
       bytes += std::max<int64_t>(object.size, 0);
     }
   }
-  Queue(ref, TaskReport::Kind::kStaging,
-        std::string(attempt->inputs == 0 ? "restoring the last checkpoint, " : "") + "fetching " +
-            std::to_string(attempt->inputs) + (attempt->inputs == 1 ? " input (" : " inputs (") +
-            std::to_string(objects) + (objects == 1 ? " object, " : " objects, ") +
-            FormatBytes(bytes) + ", " +
-            FormatBytes(cache_->PresentBytes(attempt->tenant,
-                                             [&] {
-                                               std::vector<StagedObject> all;
-                                               for (const StagedInput& input : assignment.inputs) {
-                                                 all.insert(all.end(), input.objects.begin(),
-                                                            input.objects.end());
-                                               }
-                                               return all;
-                                             }())) +
-            " already in the node cache)");
+  {
+    std::vector<StagedObject> all;
+    for (const StagedInput& input : assignment.inputs) {
+      all.insert(all.end(), input.objects.begin(), input.objects.end());
+    }
+    std::vector<std::string> parts;
+    if (attempt->inputs > 0) {
+      parts.push_back("fetching " + std::to_string(attempt->inputs) +
+                      (attempt->inputs == 1 ? " input (" : " inputs (") + std::to_string(objects) +
+                      (objects == 1 ? " object, " : " objects, ") + FormatBytes(bytes) + ", " +
+                      FormatBytes(cache_->PresentBytes(attempt->tenant, all)) +
+                      " already in the node cache)");
+    }
+    if (!code.bundle.empty())
+      parts.push_back("fetching the code bundle (" + FormatBytes(code.bytes) + ")");
+    if (!code.git.empty()) parts.push_back("cloning " + code.git + " at " + code.commit);
+    if (!assignment.spec.checkpoint.uri.empty()) parts.push_back("restoring the last checkpoint");
+    std::string message;
+    for (const std::string& part : parts) message += (message.empty() ? "" : ", ") + part;
+    Queue(ref, TaskReport::Kind::kStaging, message);
+  }
   for (const StagedInput& input : assignment.inputs) {
     if (input.digest.empty()) continue;
     KnownInput& known = known_[{attempt->tenant, input.digest}];
@@ -152,11 +175,19 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
   attempt->waiting.push_back(std::move(assignment));
   Attempt* raw = attempt.get();
   attempt->thread = std::thread([this, raw, inputs = std::move(inputs), local_tasks, checkpoint_uri,
-                                 job = ref.job_id] {
+                                 code, job = ref.job_id] {
     raw->result = StageResult{};
     if (!inputs.empty()) {
       raw->result = StageInputs(cache_.get(), *fetcher_, raw->tenant, raw->holder, inputs, raw->dir,
                                 options_.stage, &raw->cancel);
+    }
+    if (raw->result.ok() && !code.empty()) {
+      Status staged = StageCode(raw, code, job, &raw->code);
+      if (!staged.ok()) {
+        raw->result = staged.WithPrefix("code: ");
+        cache_->Release(raw->holder);
+        RemoveStagedTree(raw->dir);
+      }
     }
     for (size_t i = 0; raw->result.ok() && !checkpoint_uri.empty() && i < local_tasks.size(); ++i) {
       std::string summary;
@@ -174,6 +205,7 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
             restored.WithPrefix("checkpoint of task " + std::to_string(local_tasks[i]) + ": ");
         cache_->Release(raw->holder);
         RemoveStagedTree(raw->dir);
+        if (!raw->code_dir.empty()) RemoveStagedTree(raw->code_dir);
         break;
       }
       raw->restored += (raw->restored.empty() ? "" : "; ") + summary;
@@ -184,8 +216,119 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
   attempts_.emplace(key, std::move(attempt));
 }
 
+InputStager::Ready InputStager::ReadyOf(const Attempt& attempt, TaskAssignment assignment) const {
+  return {std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string(),
+          attempt.code_dir};
+}
+
+Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job,
+                              std::string* summary) {
+  const auto started = std::chrono::steady_clock::now();
+  auto took = [&] {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - started)
+                        .count();
+    return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
+  };
+  if (!code.bundle.empty()) {
+    if (options_.server_url.empty()) return Status::Invalid("no server URL to fetch a bundle from");
+    std::string base = options_.server_url;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    StagedObject object;
+    object.path = "bundle.tar.gz";
+    object.uri = base + "/v1/agent/code/" + code.bundle + "?job=" + std::to_string(job);
+    object.size = code.bytes > 0 ? code.bytes : -1;
+    object.sha256 = code.bundle.substr(7);
+    // Through the node cache, like an input: verified, shared, resumed.
+    Result<ContentCache::Acquired> acquired = Status::OK();
+    int64_t backoff = options_.stage.backoff_ms;
+    for (int tries = 1;; ++tries) {
+      acquired =
+          cache_->Acquire(attempt->tenant, object, attempt->holder, *fetcher_, &attempt->cancel);
+      if (acquired.ok() || attempt->cancel.load() || tries >= options_.stage.attempts) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+      backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
+    }
+    if (!acquired.ok()) return acquired.status().WithPrefix("bundle " + code.bundle + ": ");
+    FERRY_RETURN_NOT_OK(UnpackBundle(acquired->path, attempt->code_dir));
+    *summary = "code bundle " + code.bundle.substr(0, 19) + " (" + FormatBytes(acquired->size) +
+               (acquired->hit ? ", from the node cache" : ", fetched") + ") unpacked in " + took();
+    return Status::OK();
+  }
+  // A git commit: cloned afresh for the attempt, then checked out detached.
+  const std::string& url = code.git;
+  if (url.rfind("file://", 0) == 0) {
+    // A repository on this node: only under the storage config's file roots.
+    const std::string path = std::filesystem::path(url.substr(7)).lexically_normal().string();
+    bool allowed = false;
+    for (const std::string& root : fetcher_->config().file_roots) {
+      const std::string clean = std::filesystem::path(root).lexically_normal().string();
+      allowed = allowed || path == clean || path.rfind(clean + "/", 0) == 0;
+    }
+    if (!allowed) {
+      return Status::Invalid(url + " is not under a file root of this node's storage config");
+    }
+  }
+  std::string git = options_.git;
+  if (git.find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+    for (size_t from = 0; from <= dirs.size();) {
+      size_t colon = dirs.find(':', from);
+      if (colon == std::string::npos) colon = dirs.size();
+      const std::string candidate = dirs.substr(from, colon - from) + "/" + git;
+      if (colon > from && ::access(candidate.c_str(), X_OK) == 0) {
+        git = candidate;
+        break;
+      }
+      from = colon + 1;
+    }
+    if (git.find('/') == std::string::npos) return Status::Invalid("git is not installed here");
+  }
+  std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"},
+                                            {"HOME", options_.work_dir},
+                                            {"GIT_TERMINAL_PROMPT", "0"},
+                                            {"GIT_CONFIG_NOSYSTEM", "1"}};
+  auto run = [&](std::vector<std::string> argv, const char* what) -> Status {
+    argv.insert(argv.begin(), git);
+    FERRY_ASSIGN_OR_RAISE(auto result, slurm::internal::RunCommand(argv, env, "", 600));
+    if (result.exit_code != 0) {
+      std::string err = result.err;
+      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+      if (err.size() > 400) err = err.substr(0, 400) + "...";
+      return Status::IOError(std::string(what) + " failed" + (err.empty() ? "" : ": " + err));
+    }
+    return Status::OK();
+  };
+  Status status;
+  int64_t backoff = options_.stage.backoff_ms;
+  for (int tries = 1;; ++tries) {
+    RemoveStagedTree(attempt->code_dir);
+    status = run({"clone", "--quiet", "--no-checkout", "--", url, attempt->code_dir},
+                 ("git clone " + url).c_str());
+    if (status.ok() || attempt->cancel.load() || tries >= options_.stage.attempts) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+    backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
+  }
+  if (status.ok()) {
+    status = run({"-C", attempt->code_dir, "-c", "advice.detachedHead=false", "checkout", "--quiet",
+                  "--detach", code.commit + "^{commit}"},
+                 ("git checkout " + code.commit).c_str());
+  }
+  if (!status.ok()) {
+    RemoveStagedTree(attempt->code_dir);
+    return status;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(attempt->code_dir + "/.git", ignored);
+  MakeTreeReadOnly(attempt->code_dir);
+  *summary = "code " + url + " at " + code.commit.substr(0, 12) + " cloned in " + took();
+  return Status::OK();
+}
+
 std::string InputStager::StagedMessage(const Attempt& attempt) {
   std::string message = attempt.inputs > 0 ? attempt.result->Summary(attempt.inputs) : "";
+  if (!attempt.code.empty()) message += (message.empty() ? "" : "; ") + attempt.code;
   if (!attempt.restored.empty()) message += (message.empty() ? "" : "; ") + attempt.restored;
   return message;
 }
@@ -204,7 +347,7 @@ void InputStager::Poll(std::vector<Ready>* ready) {
       for (TaskAssignment& assignment : attempt.waiting) {
         Queue(assignment.ref, TaskReport::Kind::kStaged, StagedMessage(attempt));
         attempt.launched.push_back(assignment.ref);
-        ready->push_back({std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string()});
+        ready->push_back(ReadyOf(attempt, std::move(assignment)));
       }
       attempt.waiting.clear();
       ++it;
@@ -289,6 +432,7 @@ void InputStager::Sweep(const std::vector<TaskRef>& running) {
     if (attempt.result.ok()) {
       cache_->Release(attempt.holder);
       RemoveStagedTree(attempt.dir);
+      if (!attempt.code_dir.empty()) RemoveStagedTree(attempt.code_dir);
     } else if (!attempt.cancel.load() &&
                std::chrono::steady_clock::now() - attempt.ended_at < kKeepFailed) {
       // A failed attempt is kept a while so repeats of its assignment get

@@ -32,6 +32,11 @@ class InputStager {
     int64_t cache_quota_bytes = 10LL << 30;
     std::string storage_config;  // YAML (staging.h); empty: no S3, no file://
     std::string node_name;       // which of a gang's tasks run here (checkpoint restores)
+    // The Ferry server (code bundles are fetched from it with the agent's token).
+    std::string server_url;
+    std::string server_token;
+    std::string server_ca_file;
+    std::string git = "git";  // the git program (code from a repository); found in PATH
     StageOptions stage;
     std::function<void()> wake;  // called from a staging thread when it ends
   };
@@ -40,10 +45,12 @@ class InputStager {
   InputStager(const InputStager&) = delete;
   InputStager& operator=(const InputStager&) = delete;
 
-  // A task to launch now, with FERRY_INPUTS_DIR (empty for a job without inputs).
+  // A task to launch now, with FERRY_INPUTS_DIR (empty for a job without
+  // inputs) and FERRY_CODE_DIR (empty for a job without code).
   struct Ready {
     TaskAssignment assignment;
     std::string inputs_dir;
+    std::string code_dir;
   };
   // Takes an assignment from the server. A job without inputs is ready at
   // once; otherwise it is held (a `staging` report is queued) until Poll
@@ -78,8 +85,9 @@ class InputStager {
  private:
   struct Attempt {
     std::string tenant;
-    std::string holder;  // the cache's name for this attempt's pins
-    std::string dir;     // the staged tree
+    std::string holder;    // the cache's name for this attempt's pins
+    std::string dir;       // the staged tree
+    std::string code_dir;  // the job's code, read-only; empty: none
     size_t inputs = 0;
     std::vector<TaskAssignment> waiting;
     std::vector<TaskRef> launched;
@@ -88,6 +96,7 @@ class InputStager {
     std::atomic<bool> finished{false};
     Result<StageResult> result = Status::OK();
     std::string restored;  // what the checkpoint restore did, for the staged report
+    std::string code;      // what the code staging did, for the staged report
     bool ended = false;    // finished and joined; result is final
     std::chrono::steady_clock::time_point ended_at;
   };
@@ -96,6 +105,10 @@ class InputStager {
   explicit InputStager(Options options);
   void Queue(const TaskRef& ref, TaskReport::Kind kind, std::string message);
   static std::string StagedMessage(const Attempt& attempt);
+  // Lays out the job's code at attempt->code_dir (a bundle through the
+  // cache, or a clone of a git commit); the summary goes to *summary.
+  Status StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job, std::string* summary);
+  Ready ReadyOf(const Attempt& attempt, TaskAssignment assignment) const;
   static bool Contains(const std::vector<TaskRef>& refs, const TaskRef& ref);
 
   Options options_;

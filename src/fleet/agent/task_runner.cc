@@ -71,11 +71,11 @@ bool WriteProc(const char* path, const std::string& text) {
   return ok;
 }
 
-// In the child: `dir` bind-mounted read-only in a private mount namespace.
-// Returns false when the mounts failed after the namespace was made (the
-// launch fails); true when done, or when no namespace could be made at all
-// (permission bits protect the tree then).
-bool MountReadOnly(const char* dir, const IdMaps& maps) {
+// In the child: each of `dirs` (null-terminated) bind-mounted read-only in a
+// private mount namespace. Returns false when the mounts failed after the
+// namespace was made (the launch fails); true when done, or when no
+// namespace could be made at all (permission bits protect the trees then).
+bool MountReadOnly(const char* const* dirs, const IdMaps& maps) {
   if (unshare(CLONE_NEWNS) != 0) {
     if (geteuid() == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return true;
     if (!WriteProc("/proc/self/setgroups", "deny") ||
@@ -85,15 +85,20 @@ bool MountReadOnly(const char* dir, const IdMaps& maps) {
     }
   }
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
-  if (mount(dir, dir, nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
-  return mount(nullptr, dir, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-               nullptr) == 0;
+  for (const char* const* dir = dirs; *dir != nullptr; ++dir) {
+    if (mount(*dir, *dir, nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+    if (mount(nullptr, *dir, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 [[noreturn]] void ExecChild(pid_t parent, int null_fd, int out_fd, int err_fd, int status_fd,
-                            const char* cwd, const struct rlimit* limit, const char* read_only,
-                            const IdMaps& maps, const char* exe, char* const* argv,
-                            char* const* envp) {
+                            const char* cwd, const struct rlimit* limit,
+                            const char* const* read_only, const IdMaps& maps, const char* exe,
+                            char* const* argv, char* const* envp) {
   auto fail = [status_fd](int stage) {
     ChildFailure failure{stage, errno};
     ssize_t ignored = write(status_fd, &failure, sizeof(failure));
@@ -124,7 +129,7 @@ bool MountReadOnly(const char* dir, const IdMaps& maps) {
       if (fd != status_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
-  if (read_only != nullptr && !MountReadOnly(read_only, maps)) fail(4);
+  if (read_only[0] != nullptr && !MountReadOnly(read_only, maps)) fail(4);
   if (cwd != nullptr && chdir(cwd) != 0) fail(1);
   if (limit != nullptr && setrlimit(RLIMIT_AS, limit) != 0) fail(2);
   execve(exe, argv, envp);
@@ -284,6 +289,13 @@ void TaskRunner::Start(const LaunchSpec& spec) {
 
   const IdMaps maps{std::to_string(geteuid()) + " " + std::to_string(geteuid()) + " 1",
                     std::to_string(getegid()) + " " + std::to_string(getegid()) + " 1"};
+  std::vector<const char*> read_only;
+  std::string read_only_list;
+  for (const std::string& dir : spec.read_only_dirs) {
+    read_only.push_back(dir.c_str());
+    read_only_list += (read_only_list.empty() ? "" : ", ") + dir;
+  }
+  read_only.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -294,8 +306,7 @@ void TaskRunner::Start(const LaunchSpec& spec) {
   if (pid == 0) {
     ExecChild(parent, null_fd, out_pipe[1], err_pipe[1], status_pipe[1],
               spec.working_dir.empty() ? nullptr : spec.working_dir.c_str(),
-              spec.memory_limit_mb > 0 ? &limit : nullptr,
-              spec.read_only_dir.empty() ? nullptr : spec.read_only_dir.c_str(), maps, exe->c_str(),
+              spec.memory_limit_mb > 0 ? &limit : nullptr, read_only.data(), maps, exe->c_str(),
               argv.data(), envp.data());
   }
   CloseFd(&out_pipe[1]);
@@ -323,8 +334,7 @@ void TaskRunner::Start(const LaunchSpec& spec) {
       case 2:
         return launch_failed("cannot set the memory limit: " + error);
       case 4:
-        return launch_failed("cannot mount the inputs " + spec.read_only_dir +
-                             " read-only: " + error);
+        return launch_failed("cannot mount " + read_only_list + " read-only: " + error);
       default:
         return launch_failed("cannot execute " + *exe + ": " + error);
     }

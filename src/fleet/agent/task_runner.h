@@ -31,12 +31,12 @@ struct LaunchSpec {
   std::string working_dir;                 // empty: the agent's current directory
   int64_t memory_limit_mb = 0;             // RLIMIT_AS of the task's processes; 0: none
   std::string log_path;                    // output is also appended here; empty: no file
-  // A directory the task sees read-only (its staged inputs): bind-mounted
-  // read-only in a mount namespace of the task's own (with a user namespace
-  // that maps the agent's uid to itself when the agent is not root). Where
-  // neither namespace can be made, the directory's permission bits are all
-  // that protect it.
-  std::string read_only_dir;
+  // Directories the task sees read-only (its staged inputs, its code):
+  // bind-mounted read-only in a mount namespace of the task's own (with a
+  // user namespace that maps the agent's uid to itself when the agent is not
+  // root). Where neither namespace can be made, the directories' permission
+  // bits are all that protect them.
+  std::vector<std::string> read_only_dirs;
 };
 
 class TaskRunner {

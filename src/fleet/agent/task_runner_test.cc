@@ -247,20 +247,25 @@ TEST(TaskRunner, TheInputsDirectoryIsMountedReadOnly) {
       (std::filesystem::path(::testing::TempDir()) / "ferry-runner-ro").lexically_normal().string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir + "/inputs");
+  std::filesystem::create_directories(dir + "/code");
   std::ofstream(dir + "/inputs/data") << "original";
+  std::ofstream(dir + "/code/train.py") << "code";
   LaunchSpec spec = Shell(12,
                           "if echo changed > \"$1/inputs/data\" 2>/dev/null; then echo WROTE; "
                           "else echo REFUSED; fi; cat \"$1/inputs/data\"; echo; "
+                          "if touch \"$1/code/new\" 2>/dev/null; then echo CODE-WROTE; "
+                          "else echo CODE-REFUSED; fi; "
                           "touch \"$1/outside\" && echo OUTSIDE-OK");
   spec.argv.push_back("sh");
   spec.argv.push_back(dir);
-  spec.read_only_dir = dir + "/inputs";
+  spec.read_only_dirs = {dir + "/inputs", dir + "/code"};
   harness.runner().Start(spec);
   auto exited = harness.WaitForReport(12, TaskReport::Kind::kExited);
   ASSERT_TRUE(exited.has_value());
   const std::string out = harness.Output(12, "stdout");
   EXPECT_NE(out.find("REFUSED"), std::string::npos) << out;
   EXPECT_NE(out.find("original"), std::string::npos) << out;
+  EXPECT_NE(out.find("CODE-REFUSED"), std::string::npos) << out;
   EXPECT_NE(out.find("OUTSIDE-OK"), std::string::npos) << out;
   // Outside the task, nothing was mounted over the directory.
   std::ofstream(dir + "/inputs/agent-side") << "x";

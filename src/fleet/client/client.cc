@@ -334,6 +334,10 @@ Result<Response> Client::Send(const Request& request) {
   }
   for (const auto& [name, value] : request.headers) req.headers.emplace(name, value);
   req.headers.emplace("Accept", "application/json, application/problem+json");
+  if (!request.body.has_value() && request.raw_body.has_value()) {
+    req.body = *request.raw_body;
+    req.headers.emplace("Content-Type", request.content_type);
+  }
   if (request.body.has_value()) {
     req.body = request.body->dump();
     req.headers.emplace("Content-Type", "application/json");

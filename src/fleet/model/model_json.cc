@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <optional>
@@ -311,6 +312,73 @@ void ReadInputs(SpecReader& spec_reader, std::vector<FieldError>* errors,
   });
 }
 
+// The `uri` of a checkpoint or outputs: an s3:// or file:/// prefix ending in '/'.
+void ReadUploadPrefix(SpecReader& sub, std::string* uri) {
+  sub.String("uri", 1, kMaxValueChars, uri);
+  if (sub.Find("uri") == nullptr) sub.Fail("uri", "is required");
+  if (uri->empty()) return;
+  if (uri->rfind("s3://", 0) != 0 && uri->rfind("file:///", 0) != 0) {
+    sub.Fail("uri", "must be an s3:// or file:/// URI");
+  } else if (uri->back() != '/') {
+    sub.Fail("uri", "must end in '/' (a prefix)");
+  } else if (uri->rfind("s3://", 0) == 0 && uri->find('/', 5) == 5) {
+    sub.Fail("uri", "needs a bucket");
+  }
+}
+
+// "code": {"bundle": "sha256:<hex>"} or {"git": URL, "commit": <40 hex>}.
+void ReadCode(const json& code, SpecReader& spec_reader, std::vector<FieldError>* errors,
+              JobSpec::Code* out) {
+  if (!code.is_object()) return spec_reader.Fail("code", "must be an object");
+  std::vector<FieldError> code_errors;
+  SpecReader reader(code, &code_errors);
+  const bool has_bundle = reader.Find("bundle") != nullptr;
+  const bool has_git = reader.Find("git") != nullptr;
+  if (has_bundle == has_git) {
+    reader.Fail(has_bundle ? "git" : "bundle", "exactly one of bundle and git is required");
+  }
+  reader.String("bundle", 0, kMaxNameChars, &out->bundle);
+  if (has_bundle && (out->bundle.rfind("sha256:", 0) != 0 ||
+                     !CheckSha256(std::string_view(out->bundle).substr(7)).empty())) {
+    reader.Fail("bundle", "must be \"sha256:\" and 64 lower-case hex digits (POST /v1/code)");
+  }
+  reader.Integer("bytes", 0, kMaxCount, &out->bytes);
+  reader.String("git", 0, kMaxValueChars, &out->git);
+  if (has_git && reader.Find("git")->is_string()) {
+    const std::string& url = out->git;
+    static constexpr const char* kSchemes[] = {"https://", "http://", "ssh://", "git://",
+                                               "file:///"};
+    const bool known = std::any_of(std::begin(kSchemes), std::end(kSchemes), [&](const char* s) {
+      return url.rfind(s, 0) == 0 && url.size() > std::strlen(s);
+    });
+    const bool plain = std::all_of(url.begin(), url.end(), [](char c) {
+      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+    });
+    if (!known || !plain) {
+      reader.Fail("git",
+                  "must be an https://, http://, ssh://, git:// or file:/// URL without spaces");
+    }
+  }
+  reader.String("commit", 0, kMaxNameChars, &out->commit);
+  if (has_git) {
+    const std::string& commit = out->commit;
+    const bool hex = commit.size() == 40 && std::all_of(commit.begin(), commit.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (reader.Find("commit") == nullptr) {
+      reader.Fail("commit", "is required with git (the full commit id)");
+    } else if (!hex) {
+      reader.Fail("commit", "must be a full commit id: 40 lower-case hex digits");
+    }
+  } else if (reader.Find("commit") != nullptr) {
+    reader.Fail("commit", "is for git code");
+  }
+  reader.RejectUnknown();
+  for (FieldError& error : code_errors) {
+    errors->push_back({"code." + error.field, std::move(error.detail)});
+  }
+}
+
 // "image": a reference naming its registry; "image_digest": what the
 // server resolved it to (written by the server, read back from the store).
 void ReadImage(SpecReader& reader, JobSpec* spec) {
@@ -398,18 +466,7 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
     } else {
       std::vector<FieldError> checkpoint_errors;
       SpecReader sub(*checkpoint, &checkpoint_errors);
-      sub.String("uri", 1, kMaxValueChars, &spec.checkpoint.uri);
-      if (sub.Find("uri") == nullptr) sub.Fail("uri", "is required");
-      const std::string& uri = spec.checkpoint.uri;
-      if (!uri.empty()) {
-        if (uri.rfind("s3://", 0) != 0 && uri.rfind("file:///", 0) != 0) {
-          sub.Fail("uri", "must be an s3:// or file:/// URI");
-        } else if (uri.back() != '/') {
-          sub.Fail("uri", "must end in '/' (a prefix)");
-        } else if (uri.rfind("s3://", 0) == 0 && uri.find('/', 5) == 5) {
-          sub.Fail("uri", "needs a bucket");
-        }
-      }
+      ReadUploadPrefix(sub, &spec.checkpoint.uri);
       sub.Integer("interval_seconds", 0, kMaxRuntimeSeconds, &spec.checkpoint.interval_seconds);
       if (spec.checkpoint.interval_seconds > 0 &&
           spec.checkpoint.interval_seconds < JobSpec::Checkpoint::kMinIntervalSeconds) {
@@ -422,6 +479,20 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
       }
     }
   }
+  if (const json* outputs = reader.Find("outputs")) {
+    if (!outputs->is_object()) {
+      reader.Fail("outputs", "must be an object");
+    } else {
+      std::vector<FieldError> output_errors;
+      SpecReader sub(*outputs, &output_errors);
+      ReadUploadPrefix(sub, &spec.outputs.uri);
+      sub.RejectUnknown();
+      for (FieldError& error : output_errors) {
+        errors->push_back({"outputs." + error.field, std::move(error.detail)});
+      }
+    }
+  }
+  if (const json* code = reader.Find("code")) ReadCode(*code, reader, errors, &spec.code);
   reader.RejectUnknown();
   if (!errors->empty()) {
     std::string message = errors->front().field.empty()
@@ -467,6 +538,12 @@ json ToJson(const JobSpec& spec) {
   if (!spec.checkpoint.uri.empty()) {
     out["checkpoint"] = {{"uri", spec.checkpoint.uri},
                          {"interval_seconds", spec.checkpoint.interval_seconds}};
+  }
+  if (!spec.outputs.uri.empty()) out["outputs"] = {{"uri", spec.outputs.uri}};
+  if (!spec.code.bundle.empty()) {
+    out["code"] = {{"bundle", spec.code.bundle}, {"bytes", spec.code.bytes}};
+  } else if (!spec.code.git.empty()) {
+    out["code"] = {{"git", spec.code.git}, {"commit", spec.code.commit}};
   }
   return out;
 }

@@ -273,5 +273,94 @@ TEST(JobSpecJson, CheckpointParsesRoundTripsAndRefusesBadValues) {
   EXPECT_TRUE(refused({{"uri", "file:///mnt/ckpt/"}, {"interval_seconds", 0}}).empty());
 }
 
+TEST(JobSpecJson, OutputsParseRoundTripAndRefuseBadValues) {
+  std::vector<FieldError> errors;
+  json body = {{"name", "t"}, {"command", {"x"}}, {"outputs", {{"uri", "s3://res/runs/"}}}};
+  auto spec = ParseJobSpec(body, &errors);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->outputs.uri, "s3://res/runs/");
+  auto again = ParseJobSpec(ToJson(*spec), &errors);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->outputs.uri, "s3://res/runs/");
+  EXPECT_FALSE(
+      ToJson(*ParseJobSpec(json{{"name", "t"}, {"command", {"x"}}}, &errors)).contains("outputs"));
+  auto refused = [&](const json& outputs) {
+    json bad = body;
+    bad["outputs"] = outputs;
+    auto result = ParseJobSpec(bad, &errors);
+    return result.ok() ? std::string() : result.status().message();
+  };
+  EXPECT_NE(refused({{"uri", "s3://r/no-slash"}}).find("outputs.uri: must end in '/'"),
+            std::string::npos);
+  EXPECT_NE(refused({{"uri", "s3:///p/"}}).find("outputs.uri: needs a bucket"), std::string::npos);
+  EXPECT_NE(refused(json::object()).find("outputs.uri: is required"), std::string::npos);
+  EXPECT_NE(refused({{"uri", "s3://r/p/"}, {"interval_seconds", 5}})
+                .find("outputs.interval_seconds: unknown field"),
+            std::string::npos);
+  EXPECT_TRUE(refused({{"uri", "file:///mnt/results/"}}).empty());
+}
+
+TEST(JobSpecJson, CodeParsesRoundTripsAndRefusesBadValues) {
+  std::vector<FieldError> errors;
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  const std::string commit(40, 'c');
+  json body = {{"name", "t"}, {"command", {"./run.sh"}}, {"code", {{"bundle", digest}}}};
+  auto bundle = ParseJobSpec(body, &errors);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  EXPECT_EQ(bundle->code.bundle, digest);
+  EXPECT_FALSE(bundle->code.empty());
+  bundle->code.bytes = 1234;  // as the server fills it in
+  auto again = ParseJobSpec(ToJson(*bundle), &errors);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->code.bundle, digest);
+  EXPECT_EQ(again->code.bytes, 1234);
+  auto git = ParseJobSpec(
+      json{{"name", "t"},
+           {"command", {"x"}},
+           {"code", {{"git", "https://git.example.com/team/m.git"}, {"commit", commit}}}},
+      &errors);
+  ASSERT_TRUE(git.ok()) << git.status().ToString();
+  auto git_again = ParseJobSpec(ToJson(*git), &errors);
+  ASSERT_TRUE(git_again.ok());
+  EXPECT_EQ(git_again->code.git, "https://git.example.com/team/m.git");
+  EXPECT_EQ(git_again->code.commit, commit);
+  EXPECT_TRUE(ParseJobSpec(json{{"name", "t"}, {"command", {"x"}}}, &errors)->code.empty());
+  EXPECT_FALSE(
+      ToJson(*ParseJobSpec(json{{"name", "t"}, {"command", {"x"}}}, &errors)).contains("code"));
+
+  auto refused = [&](const json& code) {
+    json bad = body;
+    bad["code"] = code;
+    auto result = ParseJobSpec(bad, &errors);
+    return result.ok() ? std::string() : result.status().message();
+  };
+  EXPECT_NE(refused({{"bundle", "sha256:abc"}}).find("code.bundle: must be \"sha256:\""),
+            std::string::npos);
+  EXPECT_NE(refused({{"bundle", std::string(64, 'a')}}).find("code.bundle"), std::string::npos);
+  EXPECT_NE(refused(json::object()).find("exactly one of bundle and git"), std::string::npos);
+  EXPECT_NE(refused({{"bundle", digest}, {"git", "https://h/r"}, {"commit", commit}})
+                .find("exactly one of bundle and git"),
+            std::string::npos);
+  EXPECT_NE(refused({{"git", "https://h/r"}}).find("code.commit: is required"), std::string::npos);
+  EXPECT_NE(refused({{"git", "https://h/r"}, {"commit", "main"}}).find("40 lower-case hex"),
+            std::string::npos);
+  EXPECT_NE(
+      refused({{"git", "https://h/r"}, {"commit", std::string(40, 'C')}}).find("40 lower-case hex"),
+      std::string::npos);
+  for (const char* url : {"--upload-pack=touch /tmp/x", "/srv/repo", "ftp://h/r", "https://",
+                          "https://h/a b", "file://relative"}) {
+    EXPECT_NE(refused({{"git", url}, {"commit", commit}}).find("code.git: must be"),
+              std::string::npos)
+        << url;
+  }
+  EXPECT_NE(refused({{"bundle", digest}, {"commit", commit}}).find("code.commit: is for git"),
+            std::string::npos);
+  EXPECT_NE(refused({{"bundle", digest}, {"path", "x"}}).find("code.path: unknown field"),
+            std::string::npos);
+  EXPECT_NE(refused("sha256:x").find("code: must be an object"), std::string::npos);
+  EXPECT_TRUE(refused({{"git", "file:///srv/git/m.git"}, {"commit", commit}}).empty());
+  EXPECT_TRUE(refused({{"git", "ssh://git@h/r.git"}, {"commit", commit}}).empty());
+}
+
 }  // namespace
 }  // namespace ferry::fleet

@@ -63,9 +63,9 @@
 #include "fleet/server/api_tokens.h"
 #include "fleet/server/in_flight_keys.h"
 #include "fleet/server/node_caches.h"
-#include "fleet/server/registry.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/rate_limiter.h"
+#include "fleet/server/registry.h"
 #include "fleet/server/scheduler_view.h"
 #include "fleet/server/server_metrics.h"
 #include "fleet/server/slurm_pools.h"
@@ -261,6 +261,13 @@ class FleetServer {
   // objects from their size), and adds each dataset to spec->datasets, the
   // locality hint. Returns a field error per unknown dataset or version.
   Result<std::vector<FieldError>> ResolveInputs(const Principal& principal, JobSpec* spec);
+  // ---- /v1/code (code_handlers.cc): a tenant's code bundles.
+  void UploadCode(Call& c);
+  void GetCode(Call& c);
+  void AgentGetCode(Call& c);
+  // Checks the spec's code bundle exists for the tenant and fills its size.
+  std::vector<FieldError> ResolveCode(const Principal& principal, JobSpec* spec);
+  std::string CodePath(int64_t tenant_id, const std::string& hex) const;
   void CreateWebhook(Call& c);
   void ListWebhooks(Call& c);
   void GetWebhook(Call& c);

@@ -57,6 +57,9 @@ void FleetServer::SubmitJob(Call& c) {
   Result<std::vector<FieldError>> unresolved = ResolveInputs(c.principal, &*spec);
   if (!unresolved.ok()) return SendStoreError(c, unresolved.status());
   if (!unresolved->empty()) return SendValidation(c, *unresolved);
+  if (std::vector<FieldError> code = ResolveCode(c.principal, &*spec); !code.empty()) {
+    return SendValidation(c, code);
+  }
   // Quotas are checked softly here (the job alone must fit them) and hard
   // when scheduling; capacity against the nodes that may take work again
   // (all but LOST ones) plus the cloud pools at their max_nodes, judged by

@@ -248,8 +248,8 @@ std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
           const std::string field = "reports[" + std::to_string(i) + "]";
           if (!CheckObject((*reports)[i], field, errors)) continue;
           FieldReader report_reader((*reports)[i], field + ".", errors);
-          report_reader.RejectUnknown(
-              {"job_id", "task", "attempt", "kind", "exit_code", "signal", "message", "at_ms"});
+          report_reader.RejectUnknown({"job_id", "task", "attempt", "kind", "exit_code", "signal",
+                                       "message", "note", "at_ms"});
           TaskReport report;
           auto ref = ParseTaskRef(report_reader);
           auto kind = report_reader.String("kind", true, 1, 32);
@@ -279,6 +279,7 @@ std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
             report.signal = static_cast<int>(*signal);
           }
           report.message = report_reader.String("message", false, 0, 4096).value_or("");
+          report.note = report_reader.String("note", false, 0, 4096).value_or("");
           report.at_ms = report_reader.Int("at_ms", false, 0, INT64_MAX / 2).value_or(now_ms);
           if (report.at_ms == 0) report.at_ms = now_ms;
           if (ref) report.ref = *ref;

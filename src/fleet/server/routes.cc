@@ -125,6 +125,9 @@ void FleetServer::InstallRoutes() {
   AddRoute("GET", "/v1/datasets/" + id, Access::kUser, bind(&FleetServer::GetDataset));
   AddRoute("GET", "/v1/datasets/" + id + "/versions/" + id, Access::kUser,
            bind(&FleetServer::GetDatasetVersion));
+  AddRoute("POST", "/v1/code", Access::kUser, bind(&FleetServer::UploadCode));
+  AddRoute("GET", "/v1/code/sha256:" + id, Access::kUser, bind(&FleetServer::GetCode));
+  AddRoute("GET", "/v1/agent/code/sha256:" + id, Access::kAgent, bind(&FleetServer::AgentGetCode));
   AddRoute("POST", "/v1/webhooks", Access::kUser, bind(&FleetServer::CreateWebhook));
   AddRoute("GET", "/v1/webhooks", Access::kUser, bind(&FleetServer::ListWebhooks));
   AddRoute("GET", "/v1/webhooks/" + id, Access::kUser, bind(&FleetServer::GetWebhook));

@@ -145,8 +145,8 @@ Status FleetServer::Run(std::atomic<bool>* stop, bool handle_signals) {
   SetKeepAliveYield(http_, [waiting] { return waiting->load() > 0; });
   // httplib's limit holds for every route; the smaller limit of the other
   // routes is checked as they read their bodies (ReadJsonBody).
-  http_.set_payload_max_length(
-      static_cast<size_t>(std::max(options_.max_body_bytes, options_.max_manifest_bytes)));
+  http_.set_payload_max_length(static_cast<size_t>(std::max(
+      {options_.max_body_bytes, options_.max_manifest_bytes, options_.max_code_bundle_bytes})));
   http_.set_keep_alive_timeout(2);
   // httplib closes a kept-alive connection after 5 requests by default, and
   // its listen backlog is 5: busy clients then reconnect all the time and a
@@ -274,6 +274,9 @@ Status ValidateOptions(const ServerOptions& options) {
   }
   if (options.max_manifest_bytes < 1024) {
     return Status::Invalid("server: max_manifest_bytes must be at least 1024");
+  }
+  if (options.max_code_bundle_bytes < 1024) {
+    return Status::Invalid("server: max_code_bundle_bytes must be at least 1024");
   }
   if (options.rate_per_second < 0 || options.rate_burst < 0) {
     return Status::Invalid("server: rate limits must not be negative");

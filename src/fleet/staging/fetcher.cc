@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -143,6 +144,17 @@ Result<const S3Endpoint*> ObjectFetcher::EndpointFor(const std::string& tenant,
   return Status::Invalid("no S3 endpoint in this node's storage config serves bucket " + bucket);
 }
 
+namespace {
+// Whether `url` lies under the agent's Ferry server.
+bool IsServerUrl(const StorageConfig& config, const std::string& url) {
+  if (config.server_url.empty()) return false;
+  std::string base = config.server_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return url.size() > base.size() && url.compare(0, base.size(), base) == 0 &&
+         url[base.size()] == '/';
+}
+}  // namespace
+
 Status ObjectFetcher::Fetch(const std::string& tenant, const std::string& uri, int64_t offset,
                             const Sink& sink, bool* restarted,
                             const std::atomic<bool>* cancel) const {
@@ -152,7 +164,7 @@ Status ObjectFetcher::Fetch(const std::string& tenant, const std::string& uri, i
     return FetchHttp(url.first, url.second, offset, sink, restarted, cancel);
   }
   if (uri.rfind("https://", 0) == 0 || uri.rfind("http://", 0) == 0) {
-    if (uri.rfind("http://", 0) == 0 && !config_.allow_http) {
+    if (uri.rfind("http://", 0) == 0 && !config_.allow_http && !IsServerUrl(config_, uri)) {
       return Status::Invalid(
           "plain http:// sources are not allowed on this node (allow_http: false)");
     }
@@ -337,6 +349,20 @@ Status ObjectFetcher::FetchHttp(const std::string& url, const S3Endpoint* signer
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
   if (!config_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_file.c_str());
+  // The Ferry server itself: the agent's token, its CA, no redirects.
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(nullptr, curl_slist_free_all);
+  std::string authorization;
+  if (signer == nullptr && IsServerUrl(config_, url)) {
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    if (!config_.server_ca_file.empty()) {
+      curl_easy_setopt(curl, CURLOPT_CAINFO, config_.server_ca_file.c_str());
+    }
+    if (!config_.server_token.empty()) {
+      authorization = "Authorization: Bearer " + config_.server_token;
+      headers.reset(curl_slist_append(nullptr, authorization.c_str()));
+      curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
+    }
+  }
   t.max_bytes_per_second = config_.max_bytes_per_second;
   t.started = std::chrono::steady_clock::now();
   if (offset > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());

@@ -374,6 +374,7 @@ Status SqlStore::ApplyReport(Connection& c, int64_t node_id, const std::string& 
   } else {
     what = who + " ended without an exit status";
   }
+  if (!launch_failed && !report.note.empty()) what += " (" + report.note + ")";
   const std::string_view event_type = staging_failed  ? "staging_failed"
                                       : launch_failed ? "launch_failed"
                                                       : "task_exited";
