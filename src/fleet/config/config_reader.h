@@ -31,6 +31,19 @@ using yaml::Ref;
 // The largest config file read; a fleet's config is kilobytes.
 inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 
+// The text of the config file at `path` (`what` names it in errors: "the
+// storage config"), refused above kMaxConfigBytes.
+inline Result<std::string> ReadConfigText(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IOError(path + ": cannot open " + what);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > kMaxConfigBytes) {
+    return Status::Invalid(path + ": larger than " + std::to_string(kMaxConfigBytes) + " bytes");
+  }
+  return text.str();
+}
+
 inline std::string Join(const std::vector<std::string>& items) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {

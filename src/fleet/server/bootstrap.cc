@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,7 +21,10 @@
 namespace ferry::fleet::server_internal {
 
 Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Unique per call: two threads may write the same path at once.
+  static std::atomic<uint64_t> calls{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(calls.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return Status::FromErrno(errno, "cannot create " + tmp);
   ::fchmod(fd, mode);

@@ -33,35 +33,6 @@ bool IsHexDigest(const std::string& hex) {
   return true;
 }
 
-// Writes `data` to `path` whole or not at all: a temporary file beside it,
-// flushed to disk, then renamed over.
-Status WriteWhole(const std::string& path, const std::string& data) {
-  const std::string partial = path + ".partial-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(reinterpret_cast<uintptr_t>(&data));
-  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return Status::IOError("cannot create " + partial + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      const int saved = errno;
-      ::close(fd);
-      ::unlink(partial.c_str());
-      return Status::IOError("cannot write " + partial + ": " + std::strerror(saved));
-    }
-    done += static_cast<size_t>(wrote);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || ::rename(partial.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(partial.c_str());
-    return Status::IOError("cannot write " + path + ": " + std::strerror(saved));
-  }
-  return Status::OK();
-}
-
 json BundleJson(const std::string& hex, int64_t bytes) {
   return {{"digest", "sha256:" + hex}, {"bytes", bytes}};
 }
@@ -97,7 +68,7 @@ void FleetServer::UploadCode(Call& c) {
   const bool existed = std::filesystem::exists(path, ec);
   if (!existed) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    Status written = WriteWhole(path, body);
+    Status written = WriteFileAtomically(path, body, 0640);
     if (!written.ok()) return SendStoreError(c, written);
   }
   json out = BundleJson(info->sha256, info->bytes);

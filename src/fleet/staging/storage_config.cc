@@ -64,17 +64,11 @@ bool ParseS3Uri(const std::string& uri, std::string* bucket, std::string* key) {
 }
 
 Result<StorageConfig> LoadStorageConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open the storage config");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > config::kMaxConfigBytes) {
-    return Status::Invalid(path + ": larger than " + std::to_string(config::kMaxConfigBytes) +
-                           " bytes");
-  }
+  FERRY_ASSIGN_OR_RAISE(std::string config_text,
+                        config::ReadConfigText(path, "the storage config"));
   ConfigReader p(path);
   yaml::Reporter reporter(path);
-  FERRY_ASSIGN_OR_RAISE(yaml::Document document, yaml::Parse(text.str(), reporter));
+  FERRY_ASSIGN_OR_RAISE(yaml::Document document, yaml::Parse(config_text, reporter));
   StorageConfig out;
   FERRY_RETURN_NOT_OK(
       p.Mapping(document.root(), "",

@@ -7,6 +7,7 @@ import glob
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -409,6 +410,20 @@ def cli(server, *args, token=None, timeout=30):
     connection = ["--server", server.url, "--token", token or server.admin_token]
     return subprocess.run([FERRY, *args[:cut], *connection, *args[cut:]],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def port_metric(port, name):
+    """The value of the unlabelled series `name` on the /metrics page at `port`."""
+    text = request(port, "GET", "/metrics").body.decode()
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+def events(server, job_id, kind):
+    """The events of one type in a job's timeline, oldest first."""
+    return [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
+            if e["type"] == kind]
 
 
 def free_port():

@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 
 import harness
+from harness import events, port_metric as metric
 
 SCRIPT = """#!/bin/sh
 echo "cwd=$(pwd)"
@@ -21,18 +22,6 @@ cat conf/settings.txt
 if [ -e .git ]; then echo HAS-GIT; else echo NO-GIT; fi
 if touch new-file 2>/dev/null; then echo WRITABLE; else echo READONLY; fi
 """
-
-
-def metric(port, name):
-    text = harness.request(port, "GET", "/metrics").body.decode()
-    match = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
-
-
-def events(server, job_id, kind):
-    return [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
-            if e["type"] == kind]
 
 
 def output(server, job_id):

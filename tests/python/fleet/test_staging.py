@@ -9,13 +9,13 @@ import hashlib
 import http.server
 import json
 import os
-import re
 import subprocess
 import threading
 
 import pytest
 
 import harness
+from harness import events, port_metric as metric
 import s3server
 
 pytestmark = pytest.mark.skipif(s3server.missing() is not None,
@@ -43,18 +43,6 @@ def register(server, name, source, objects, expect=(201,)):
                                               "objects": manifest(objects)})
     assert r.status in expect, r
     return r.json()
-
-
-def metric(port, name):
-    text = harness.request(port, "GET", "/metrics").body.decode()
-    match = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert match, f"{name} not in /metrics"
-    return float(match.group(1))
-
-
-def events(server, job_id, kind):
-    return [e for e in server.admin("GET", f"/v1/jobs/{job_id}/events")["events"]
-            if e["type"] == kind]
 
 
 def submit(server, inputs, gpu_model, command, name="reader"):
