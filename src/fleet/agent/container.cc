@@ -124,6 +124,7 @@ void ContainerJanitor::Ended(const TaskRef& ref) {
 void RunDetached(const std::vector<std::string>& argv) {
   if (argv.empty()) return;
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   const pid_t pid = fork();
