@@ -1146,6 +1146,25 @@ class SlurmController::Cluster {
     Result<std::optional<Job>> job = store_->GetJob(Scope::All(), entry.key.first);
     if (!job.ok() || !job->has_value()) return std::nullopt;
     const auto [account, qos] = pool->slurm->AccountFor((*job)->tenant, (*job)->team, (*job)->user);
+    // What only Ferry's agents do: such a job fails clearly instead of
+    // running in Slurm without its data, code or image.
+    std::string unsupported;
+    for (const auto& [needed, what] :
+         {std::pair{!spec.inputs.empty(), "inputs"}, std::pair{!spec.code.empty(), "code"},
+          std::pair{!spec.image.empty(), "an image"},
+          std::pair{!spec.checkpoint.uri.empty(), "checkpoints"},
+          std::pair{!spec.outputs.uri.empty(), "outputs"}}) {
+      if (needed) unsupported += std::string(unsupported.empty() ? "" : ", ") + what;
+    }
+    if (!unsupported.empty()) {
+      for (size_t t = 0; t < entry.task_nodes.size(); ++t) {
+        Report(entry, static_cast<int>(t), TaskReport::Kind::kLaunchFailed, std::nullopt,
+               std::nullopt,
+               "a Slurm pool does not stage " + unsupported +
+                   " yet (docs/slurm.md); use a pool set of Ferry agents");
+      }
+      return std::nullopt;
+    }
 
     std::error_code ec;
     fs::create_directories(entry.run_dir, ec);

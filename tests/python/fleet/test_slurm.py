@@ -225,6 +225,16 @@ def test_slurm_node_gang_logs_and_capacity_in_ferrys_view(fleet, slurm, tmp_path
     server.wait_state(big, "SUCCEEDED", timeout=60)
     harness.wait_for(lambda: external_count() == 0, 20, "the outside GPUs free again")
 
+    # What only Ferry's agents stage fails clearly, never reaching Slurm.
+    staged = submit(server, command=["/bin/true"], gpus_per_task=1, pool_set="slurm",
+                    max_retries=0, outputs={"uri": f"file://{tmp_path}/out/"},
+                    code={"git": "https://example.com/r.git", "commit": "a" * 40})
+    failed = server.wait_state(staged, ["FAILED", "SUCCEEDED"], timeout=60)
+    assert failed["state"] == "FAILED" and failed["reason"] == "LAUNCH_FAILED", failed
+    said = [e["message"] for e in events(server, staged) if e["type"] == "launch_failed"]
+    assert said and "does not stage code, outputs yet" in said[0], said
+    assert not [j for j in cluster.jobs() if j["comment"] == f"ferry:hpc:{staged}:1"]
+
     status = slurm_cluster_status(server)
     assert status["reachable"] and status["breaker"] == "closed"
     assert status["submitted"] == 4 and status["pools"] == ["hpc"]
