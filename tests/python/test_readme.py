@@ -126,6 +126,8 @@ def test_the_tour_runs_as_written(tmp_path):
     assert "rank 0 done" in output and "rank 1 done" in output  # the gang's logs
     assert re.search(r"\[task 1 stdout\] rank 1 step 3/3", output)  # whole prefixed lines
     assert "CANCELLED" in output
+    assert re.search(r"^code: examples/fleet -> sha256:[0-9a-f]{12} ", output, re.M)  # --workdir
+    assert "rank 0 step 1/1" in output  # the job that brought its code ran it
     assert "fair_share" in output  # the simulator's comparison table
 
 
