@@ -801,6 +801,7 @@ Status Agent::Prepare() {
   containers.auth_file = options_.registry_auth_file;
   containers.node_name = options_.node_name;
   containers.cdi_gpus = !gpus_.empty();  // found by NVML, not declared
+  agent_internal::ContainerOptions pull_options = containers;
   containers_ = std::make_unique<agent_internal::ContainerJanitor>(std::move(containers));
   if (gpus_.empty()) gpus_ = options_.declared_gpus;
   instance_ = RandomInstance();
@@ -832,6 +833,7 @@ Status Agent::Prepare() {
   stager_options.server_token = options_.token;
   stager_options.server_ca_file = options_.ca_file;
   stager_options.node_name = options_.node_name;
+  stager_options.containers = std::move(pull_options);
   stager_options.wake = [this] { Wake(); };
   FERRY_ASSIGN_OR_RAISE(stager_, agent_internal::InputStager::Open(std::move(stager_options)));
   return StartMetrics();

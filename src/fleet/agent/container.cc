@@ -26,6 +26,31 @@ std::string ImageToRun(const JobSpec& spec) {
   return image->Pinned(spec.image_digest);
 }
 
+namespace {
+// --tls-verify=false for loopback and insecure registries; --authfile.
+void AddRegistryFlags(const ContainerOptions& options, const JobSpec& spec,
+                      std::vector<std::string>* argv) {
+  Result<ImageRef> image = ParseImageRef(spec.image);
+  if (image.ok() &&
+      (image->IsLoopback() ||
+       std::find(options.insecure_registries.begin(), options.insecure_registries.end(),
+                 image->registry) != options.insecure_registries.end())) {
+    argv->push_back("--tls-verify=false");
+  }
+  if (!options.auth_file.empty()) {
+    argv->push_back("--authfile");
+    argv->push_back(options.auth_file);
+  }
+}
+}  // namespace
+
+std::vector<std::string> PullArgv(const ContainerOptions& options, const JobSpec& spec) {
+  std::vector<std::string> argv = {options.podman, "pull", "--quiet"};
+  AddRegistryFlags(options, spec, &argv);
+  argv.push_back(ImageToRun(spec));
+  return argv;
+}
+
 void WrapInContainer(const ContainerOptions& options, const JobSpec& spec,
                      const std::vector<int>& gpu_indices, const ContainerMounts& mounts,
                      const std::map<std::string, std::string>& base_env, LaunchSpec* launch) {
@@ -38,19 +63,10 @@ void WrapInContainer(const ContainerOptions& options, const JobSpec& spec,
     argv.push_back("--label");
     argv.push_back(label);
   }
-  // The pull happens here, once per node and digest: later tasks find the image.
+  // The stager pulled the image already (PullArgv); should it be gone
+  // meanwhile, podman pulls it again.
   argv.push_back("--pull=missing");
-  Result<ImageRef> image = ParseImageRef(spec.image);
-  if (image.ok() &&
-      (image->IsLoopback() ||
-       std::find(options.insecure_registries.begin(), options.insecure_registries.end(),
-                 image->registry) != options.insecure_registries.end())) {
-    argv.push_back("--tls-verify=false");
-  }
-  if (!options.auth_file.empty()) {
-    argv.push_back("--authfile");
-    argv.push_back(options.auth_file);
-  }
+  AddRegistryFlags(options, spec, &argv);
   // The host's network: rendezvous addresses and ports mean what they mean
   // for a process task (and rootless podman needs no slirp4netns).
   argv.push_back("--network=host");

@@ -59,6 +59,11 @@ void WrapInContainer(const ContainerOptions& options, const JobSpec& spec,
                      const std::vector<int>& gpu_indices, const ContainerMounts& mounts,
                      const std::map<std::string, std::string>& base_env, LaunchSpec* launch);
 
+// podman pull of ImageToRun(spec), with the registry flags `podman run`
+// gets: the agent pulls while staging, so the timeline shows it apart from
+// the task's own time.
+std::vector<std::string> PullArgv(const ContainerOptions& options, const JobSpec& spec);
+
 // podman rm --force --time 0 <names...>
 std::vector<std::string> RemoveContainersArgv(const ContainerOptions& options,
                                               const std::vector<std::string>& names);

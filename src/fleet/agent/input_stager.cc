@@ -79,7 +79,7 @@ void InputStager::Queue(const TaskRef& ref, TaskReport::Kind kind, std::string m
 
 void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
   if (assignment.inputs.empty() && assignment.spec.checkpoint.uri.empty() &&
-      assignment.spec.code.empty()) {
+      assignment.spec.code.empty() && assignment.spec.image.empty()) {
     ready->push_back({std::move(assignment), std::string(), std::string()});
     return;
   }
@@ -118,6 +118,9 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
                         std::to_string(ref.attempt);
   }
   const JobSpec::Code code = assignment.spec.code;
+  JobSpec image_spec;  // what the pull needs of the spec
+  image_spec.image = assignment.spec.image;
+  image_spec.image_digest = assignment.spec.image_digest;
   int64_t objects = 0;
   int64_t bytes = 0;
   for (const StagedInput& input : assignment.inputs) {
@@ -142,6 +145,7 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
     if (!code.bundle.empty())
       parts.push_back("fetching the code bundle (" + FormatBytes(code.bytes) + ")");
     if (!code.git.empty()) parts.push_back("cloning " + code.git + " at " + code.commit);
+    if (!assignment.spec.image.empty()) parts.push_back("pulling " + ImageToRun(assignment.spec));
     if (!assignment.spec.checkpoint.uri.empty()) parts.push_back("restoring the last checkpoint");
     std::string message;
     for (const std::string& part : parts) message += (message.empty() ? "" : ", ") + part;
@@ -175,11 +179,19 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
   attempt->waiting.push_back(std::move(assignment));
   Attempt* raw = attempt.get();
   attempt->thread = std::thread([this, raw, inputs = std::move(inputs), local_tasks, checkpoint_uri,
-                                 code, job = ref.job_id] {
+                                 code, image_spec, job = ref.job_id] {
     raw->result = StageResult{};
     if (!inputs.empty()) {
       raw->result = StageInputs(cache_.get(), *fetcher_, raw->tenant, raw->holder, inputs, raw->dir,
                                 options_.stage, &raw->cancel);
+    }
+    if (raw->result.ok() && !image_spec.image.empty()) {
+      Status pulled = PullImage(raw, image_spec, &raw->image);
+      if (!pulled.ok()) {
+        raw->result = pulled;
+        cache_->Release(raw->holder);
+        RemoveStagedTree(raw->dir);
+      }
     }
     if (raw->result.ok() && !code.empty()) {
       Status staged = StageCode(raw, code, job, &raw->code);
@@ -219,6 +231,59 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
 InputStager::Ready InputStager::ReadyOf(const Attempt& attempt, TaskAssignment assignment) const {
   return {std::move(assignment), attempt.inputs > 0 ? attempt.dir : std::string(),
           attempt.code_dir};
+}
+
+Result<std::string> InputStager::FindProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (size_t from = 0; from <= dirs.size();) {
+    size_t colon = dirs.find(':', from);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string candidate = dirs.substr(from, colon - from) + "/" + program;
+    if (colon > from && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    from = colon + 1;
+  }
+  return Status::Invalid(program + " is not installed here (not in PATH)");
+}
+
+Status InputStager::PullImage(Attempt* attempt, const JobSpec& spec, std::string* summary) {
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> argv = PullArgv(options_.containers, spec);
+  FERRY_ASSIGN_OR_RAISE(argv[0], FindProgram(argv[0]));
+  // podman needs the agent's environment (HOME, XDG_RUNTIME_DIR, CONTAINERS_CONF).
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
+  }
+  Status status;
+  int64_t backoff = options_.stage.backoff_ms;
+  for (int tries = 1;; ++tries) {
+    Result<slurm::internal::CommandResult> done = slurm::internal::RunCommand(argv, env, "", 1800);
+    if (!done.ok()) {
+      status = done.status();
+    } else if (done->exit_code != 0) {
+      std::string err = done->err;
+      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+      if (err.size() > 400) err = err.substr(0, 400) + "...";
+      status = Status::IOError("podman pull " + argv.back() + " failed" +
+                               (err.empty() ? "" : ": " + err));
+    } else {
+      status = Status::OK();
+    }
+    if (status.ok() || attempt->cancel.load() || tries >= options_.stage.attempts) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+    backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
+  }
+  FERRY_RETURN_NOT_OK(status);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - started)
+                      .count();
+  *summary = "image " + argv.back() + " pulled in " + std::to_string(ms / 1000) + "." +
+             std::to_string(ms % 1000 / 100) + " s";
+  return Status::OK();
 }
 
 Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job,
@@ -269,22 +334,7 @@ Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64
       return Status::Invalid(url + " is not under a file root of this node's storage config");
     }
   }
-  std::string git = options_.git;
-  if (git.find('/') == std::string::npos) {
-    const char* path = std::getenv("PATH");
-    std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-    for (size_t from = 0; from <= dirs.size();) {
-      size_t colon = dirs.find(':', from);
-      if (colon == std::string::npos) colon = dirs.size();
-      const std::string candidate = dirs.substr(from, colon - from) + "/" + git;
-      if (colon > from && ::access(candidate.c_str(), X_OK) == 0) {
-        git = candidate;
-        break;
-      }
-      from = colon + 1;
-    }
-    if (git.find('/') == std::string::npos) return Status::Invalid("git is not installed here");
-  }
+  FERRY_ASSIGN_OR_RAISE(const std::string git, FindProgram(options_.git));
   std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"},
                                             {"HOME", options_.work_dir},
                                             {"GIT_TERMINAL_PROMPT", "0"},
@@ -329,6 +379,7 @@ Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64
 std::string InputStager::StagedMessage(const Attempt& attempt) {
   std::string message = attempt.inputs > 0 ? attempt.result->Summary(attempt.inputs) : "";
   if (!attempt.code.empty()) message += (message.empty() ? "" : "; ") + attempt.code;
+  if (!attempt.image.empty()) message += (message.empty() ? "" : "; ") + attempt.image;
   if (!attempt.restored.empty()) message += (message.empty() ? "" : "; ") + attempt.restored;
   return message;
 }

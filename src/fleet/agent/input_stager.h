@@ -21,6 +21,7 @@
 #include "ferry/fleet/staging.h"
 #include "ferry/fleet/store.h"
 #include "fleet/agent/checkpoints.h"
+#include "fleet/agent/container.h"
 
 namespace ferry::fleet::agent_internal {
 
@@ -36,7 +37,8 @@ class InputStager {
     std::string server_url;
     std::string server_token;
     std::string server_ca_file;
-    std::string git = "git";  // the git program (code from a repository); found in PATH
+    std::string git = "git";      // the git program (code from a repository); found in PATH
+    ContainerOptions containers;  // how images are pulled (jobs with an `image`)
     StageOptions stage;
     std::function<void()> wake;  // called from a staging thread when it ends
   };
@@ -97,6 +99,7 @@ class InputStager {
     Result<StageResult> result = Status::OK();
     std::string restored;  // what the checkpoint restore did, for the staged report
     std::string code;      // what the code staging did, for the staged report
+    std::string image;     // what the image pull did, for the staged report
     bool ended = false;    // finished and joined; result is final
     std::chrono::steady_clock::time_point ended_at;
   };
@@ -109,6 +112,10 @@ class InputStager {
   // cache, or a clone of a git commit); the summary goes to *summary.
   Status StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job, std::string* summary);
   Ready ReadyOf(const Attempt& attempt, TaskAssignment assignment) const;
+  // Pulls the job's image (by digest) so the task does not spend its time on it.
+  Status PullImage(Attempt* attempt, const JobSpec& spec, std::string* summary);
+  // `program` as an absolute path: kept when it has a '/', else found in PATH.
+  static Result<std::string> FindProgram(const std::string& program);
   static bool Contains(const std::vector<TaskRef>& refs, const TaskRef& ref);
 
   Options options_;

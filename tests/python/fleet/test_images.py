@@ -196,6 +196,9 @@ def test_a_job_runs_in_an_image_from_the_registry_by_digest(fleet, registry, tmp
     assert job["exit_code"] == 3, job
     # Reproducibility: the job names the digest it ran.
     assert job["spec"]["image"] == ref and job["spec"]["image_digest"] == digest, job["spec"]
+    # The pull was staging, before the task started: the timeline shows it apart.
+    staged = [e["message"] for e in harness.events(server, job_id, "staged")]
+    assert staged and f"@{digest} pulled in" in staged[0], staged
     assert "built for test_images" in out, out
     assert "hello from the inputs" in out, out
     assert f"job={job_id} task=0 lr=0.5 gpus=[0]" in out, out  # declared GPU 0, no CDI
