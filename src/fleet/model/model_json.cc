@@ -326,12 +326,23 @@ void ReadUploadPrefix(SpecReader& sub, std::string* uri) {
   }
 }
 
+// Reads the object at `field` with `read`; its errors are named "<field>.<key>".
+template <typename Read>
+void ReadObject(SpecReader& reader, std::vector<FieldError>* errors, const char* field, Read read) {
+  const json* value = reader.Find(field);
+  if (value == nullptr) return;
+  if (!value->is_object()) return reader.Fail(field, "must be an object");
+  std::vector<FieldError> sub_errors;
+  SpecReader sub(*value, &sub_errors);
+  read(sub);
+  sub.RejectUnknown();
+  for (FieldError& error : sub_errors) {
+    errors->push_back({std::string(field) + "." + error.field, std::move(error.detail)});
+  }
+}
+
 // "code": {"bundle": "sha256:<hex>"} or {"git": URL, "commit": <40 hex>}.
-void ReadCode(const json& code, SpecReader& spec_reader, std::vector<FieldError>* errors,
-              JobSpec::Code* out) {
-  if (!code.is_object()) return spec_reader.Fail("code", "must be an object");
-  std::vector<FieldError> code_errors;
-  SpecReader reader(code, &code_errors);
+void ReadCode(SpecReader& reader, JobSpec::Code* out) {
   const bool has_bundle = reader.Find("bundle") != nullptr;
   const bool has_git = reader.Find("git") != nullptr;
   if (has_bundle == has_git) {
@@ -372,10 +383,6 @@ void ReadCode(const json& code, SpecReader& spec_reader, std::vector<FieldError>
     }
   } else if (reader.Find("commit") != nullptr) {
     reader.Fail("commit", "is for git code");
-  }
-  reader.RejectUnknown();
-  for (FieldError& error : code_errors) {
-    errors->push_back({"code." + error.field, std::move(error.detail)});
   }
 }
 
@@ -460,39 +467,18 @@ Result<JobSpec> ParseJobSpec(const json& body, std::vector<FieldError>* errors) 
   reader.String("pool_set", 0, kMaxNameChars, &spec.pool_set);
   ReadImage(reader, &spec);
   ReadInputs(reader, errors, &spec.inputs);
-  if (const json* checkpoint = reader.Find("checkpoint")) {
-    if (!checkpoint->is_object()) {
-      reader.Fail("checkpoint", "must be an object");
-    } else {
-      std::vector<FieldError> checkpoint_errors;
-      SpecReader sub(*checkpoint, &checkpoint_errors);
-      ReadUploadPrefix(sub, &spec.checkpoint.uri);
-      sub.Integer("interval_seconds", 0, kMaxRuntimeSeconds, &spec.checkpoint.interval_seconds);
-      if (spec.checkpoint.interval_seconds > 0 &&
-          spec.checkpoint.interval_seconds < JobSpec::Checkpoint::kMinIntervalSeconds) {
-        sub.Fail("interval_seconds", "must be 0 (when the task ends) or at least " +
-                                         std::to_string(JobSpec::Checkpoint::kMinIntervalSeconds));
-      }
-      sub.RejectUnknown();
-      for (FieldError& error : checkpoint_errors) {
-        errors->push_back({"checkpoint." + error.field, std::move(error.detail)});
-      }
+  ReadObject(reader, errors, "checkpoint", [&](SpecReader& sub) {
+    ReadUploadPrefix(sub, &spec.checkpoint.uri);
+    sub.Integer("interval_seconds", 0, kMaxRuntimeSeconds, &spec.checkpoint.interval_seconds);
+    if (spec.checkpoint.interval_seconds > 0 &&
+        spec.checkpoint.interval_seconds < JobSpec::Checkpoint::kMinIntervalSeconds) {
+      sub.Fail("interval_seconds", "must be 0 (when the task ends) or at least " +
+                                       std::to_string(JobSpec::Checkpoint::kMinIntervalSeconds));
     }
-  }
-  if (const json* outputs = reader.Find("outputs")) {
-    if (!outputs->is_object()) {
-      reader.Fail("outputs", "must be an object");
-    } else {
-      std::vector<FieldError> output_errors;
-      SpecReader sub(*outputs, &output_errors);
-      ReadUploadPrefix(sub, &spec.outputs.uri);
-      sub.RejectUnknown();
-      for (FieldError& error : output_errors) {
-        errors->push_back({"outputs." + error.field, std::move(error.detail)});
-      }
-    }
-  }
-  if (const json* code = reader.Find("code")) ReadCode(*code, reader, errors, &spec.code);
+  });
+  ReadObject(reader, errors, "outputs",
+             [&](SpecReader& sub) { ReadUploadPrefix(sub, &spec.outputs.uri); });
+  ReadObject(reader, errors, "code", [&](SpecReader& sub) { ReadCode(sub, &spec.code); });
   reader.RejectUnknown();
   if (!errors->empty()) {
     std::string message = errors->front().field.empty()
