@@ -27,7 +27,8 @@
 //       inputs: {boxes: runtime/detect/boxes}
 //
 // Sources: `node/output`, `node/operator/output`, or a built-in timer
-// `ferry/timer/millis/N` / `ferry/timer/hz/N`. Input ids and output ids are
+// `ferry/timer/millis/N` / `ferry/timer/secs/N` / `ferry/timer/hz/N` (also
+// spelled `dora/timer/...`, as in dora-rs descriptors). Input ids and output ids are
 // names made of letters, digits, '_' and '-'; node and operator ids too.
 //
 // Thread safety: the functions are thread-safe; a Dataflow is a plain value.
@@ -58,7 +59,8 @@ struct InputSource {
   std::string output;
   // kTimer: the period (ferry/timer/hz/N is rounded to whole nanoseconds).
   std::chrono::nanoseconds interval{0};
-  // The text as written ("camera/image", "ferry/timer/millis/33").
+  // The text as written ("camera/image", "ferry/timer/millis/33",
+  // "dora/timer/hz/30").
   std::string text;
 };
 
@@ -111,6 +113,15 @@ struct NodeSpec {
   int max_restarts = 5;
   std::chrono::milliseconds stop_grace{2000};
   ResourceSpec resources;
+  // dora-rs keys (docs/dora.md). `build`: a shell command run once in the
+  // descriptor's directory before the dataflow starts (`ferry run
+  // --no-build` skips it); a node with a build may name a program the build
+  // creates, so its path is checked when it is launched. `send_stdout_as`:
+  // an output (one of `outputs`) that carries the node's stdout lines.
+  // `deploy_machine`: `_unstable_deploy: machine:`, recorded only (one machine).
+  std::string build;
+  std::string send_stdout_as;
+  std::string deploy_machine;
   SourceLocation location;
 
   bool is_runtime() const { return !operators.empty(); }

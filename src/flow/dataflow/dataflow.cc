@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -45,16 +46,43 @@ constexpr int64_t kMaxRestarts = 10000;
 constexpr int64_t kMaxStopGraceMs = int64_t{60} * 60 * 1000;
 constexpr int64_t kMaxGpus = 1024;
 
-constexpr const char* kTimerPrefix = "ferry/";
-constexpr const char* kTimerForms = "ferry/timer/millis/N or ferry/timer/hz/N";
+// Built-in sources: Ferry's own prefix and dora-rs's, which mean the same.
+constexpr std::string_view kBuiltinPrefixes[] = {"ferry/", "dora/"};
+constexpr const char* kTimerForms =
+    "ferry/timer/millis/N, ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike";
+// The operator id of dora-rs's single `operator:` (its outputs are node/op/output).
+constexpr const char* kSingleOperatorId = "op";
 
 using Names = std::span<const std::string_view>;
-constexpr std::string_view kTopKeys[] = {"nodes"};
-constexpr std::string_view kNodeKeys[] = {"id",           "path",          "args",      "env",
-                                          "inputs",       "outputs",       "operators", "restart",
-                                          "max_restarts", "stop_grace_ms", "resources"};
-constexpr std::string_view kOperatorKeys[] = {"id",     "shared-library", "python",
-                                              "inputs", "outputs",        "config"};
+constexpr std::string_view kTopKeys[] = {"nodes", "communication", "_unstable_deploy"};
+constexpr std::string_view kNodeKeys[] = {
+    "id",           "path",          "args",      "env",   "inputs",         "outputs",
+    "operators",    "operator",      "restart",   "build", "send_stdout_as", "_unstable_deploy",
+    "max_restarts", "stop_grace_ms", "resources", "name",  "description"};
+constexpr std::string_view kOperatorKeys[] = {"id",      "shared-library", "python", "inputs",
+                                              "outputs", "config",         "name",   "description"};
+constexpr std::string_view kPythonOperatorKeys[] = {"source"};
+constexpr std::string_view kDeployKeys[] = {"machine"};
+
+// dora-rs keys that Ferry does not support, with what to do instead.
+struct UnsupportedKey {
+  std::string_view key;
+  std::string_view hint;
+};
+constexpr UnsupportedKey kUnsupportedDoraKeys[] = {
+    {"custom",
+     "write its source, args, inputs and outputs on the node as path, args, inputs, outputs"},
+    {"git", "clone the repository yourself and point path (and build) at it"},
+    {"branch", "clone the repository yourself and point path (and build) at it"},
+    {"tag", "clone the repository yourself and point path (and build) at it"},
+    {"rev", "clone the repository yourself and point path (and build) at it"},
+    {"send_logs_as", "use send_stdout_as, or read the node's log file"},
+    {"min_log_level", "Ferry forwards every line a node prints"},
+    {"deploy", "Ferry runs a dataflow on one machine; _unstable_deploy: machine: is recorded"},
+    {"conda_env", "start the operator's interpreter through FERRY_PYTHON instead"},
+    {"wasm", "use a shared-library or python operator"},
+    {"input_timeout", "handle timeouts in the node (next(timeout=...))"},
+};
 constexpr std::string_view kInputKeys[] = {"source", "queue_size", "overflow"};
 constexpr std::string_view kResourceKeys[] = {"gpus", "device"};
 constexpr std::string_view kOverflowNames[] = {"block", "drop_oldest", "drop_newest"};
@@ -269,6 +297,15 @@ class Reader {
 
   Status Read(Ref root, Dataflow* dataflow) {
     FERRY_ASSIGN_OR_RAISE(Entries top, ReadMapping(root, "the descriptor", kTopKeys));
+    if (const Entry* communication = top.Get("communication")) {
+      // dora-rs's transport settings: Ferry always uses shared memory on one machine.
+      FERRY_RETURN_NOT_OK(ExpectKind(communication->value, Node::Kind::kMapping,
+                                     "'communication' must be a mapping"));
+    }
+    if (const Entry* deploy = top.Get("_unstable_deploy")) {
+      std::string machine;
+      FERRY_RETURN_NOT_OK(ReadDeploy(*deploy, "the descriptor", &machine));
+    }
     const Entry* nodes = top.Get("nodes");
     if (nodes == nullptr) {
       return reporter_.Error(root.location, "the descriptor has no 'nodes' (a list of nodes)");
@@ -318,6 +355,14 @@ class Reader {
     for (size_t i = 0; i + 1 < items.size(); i += 2) {
       const std::string& key = items[i].node->value;
       if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        for (const UnsupportedKey& dora : kUnsupportedDoraKeys) {
+          if (dora.key == key) {
+            return Error(items[i].location,
+                         "dora-rs key " + Quote(key) + " in " + owner +
+                             " is not supported by Ferry: " + std::string(dora.hint) +
+                             " (allowed: " + JoinList(allowed) + ")");
+          }
+        }
         return Error(items[i].location, "unknown key " + Quote(key) + " in " + owner + " (" +
                                             Suggestion(key, allowed) +
                                             "allowed: " + JoinList(allowed) + ")");
@@ -418,27 +463,48 @@ class Reader {
     FERRY_ASSIGN_OR_RAISE(Entries entries, ReadMapping(ref, provisional, kNodeKeys));
     node->location = ref.location;
     FERRY_ASSIGN_OR_RAISE(node->id, ReadId(entries, ref, provisional, "node", id_location));
-    if (node->id == "ferry") {
-      return Error(*id_location, "node id 'ferry' is reserved for built-in sources (" +
-                                     std::string(kTimerForms) + ")");
+    for (std::string_view prefix : kBuiltinPrefixes) {
+      if (prefix.substr(0, prefix.size() - 1) == node->id) {
+        return Error(*id_location, "node id '" + node->id + "' is reserved for built-in sources (" +
+                                       std::string(kTimerForms) + ")");
+      }
     }
     const std::string owner = "node '" + node->id + "'";
+    for (std::string_view key : {"name", "description"}) {
+      if (const Entry* entry = entries.Get(key))
+        FERRY_RETURN_NOT_OK(ReadString(*entry, owner).status());
+    }
+    if (const Entry* build = entries.Get("build")) {
+      FERRY_ASSIGN_OR_RAISE(node->build, ReadString(*build, owner));
+      if (node->build.find_first_not_of(" \t\n") == std::string::npos) {
+        return Error(build->value.location, "'build' of " + owner + " is empty");
+      }
+    }
+    if (const Entry* deploy = entries.Get("_unstable_deploy")) {
+      FERRY_RETURN_NOT_OK(ReadDeploy(*deploy, owner, &node->deploy_machine));
+    }
 
     const Entry* path = entries.Get("path");
     const Entry* operators = entries.Get("operators");
-    if (path != nullptr && operators != nullptr) {
-      return Error(operators->key_location,
-                   owner +
-                       " has both 'path' and 'operators': a node runs either a program "
-                       "(path) or operators in a runtime (operators)");
+    const Entry* single = entries.Get("operator");
+    const int given =
+        (path != nullptr ? 1 : 0) + (operators != nullptr ? 1 : 0) + (single != nullptr ? 1 : 0);
+    if (given > 1) {
+      const Entry* first = path != nullptr ? path : operators;
+      const Entry* second = first == path && operators != nullptr ? operators : single;
+      return Error(second->key_location,
+                   owner + " has both '" + first->key + "' and '" + second->key +
+                       "': a node runs either a program (path) or operators in a runtime "
+                       "(operators, or one operator)");
     }
-    if (path == nullptr && operators == nullptr) {
+    if (given == 0) {
       return Error(ref.location, owner +
-                                     " needs 'path' (a program or a .py script) or "
-                                     "'operators' (operators in a runtime)");
+                                     " needs 'path' (a program or a .py script), "
+                                     "'operators' (operators in a runtime) or 'operator' (one "
+                                     "operator)");
     }
-    if (operators != nullptr) {
-      for (std::string_view key : {"args", "inputs", "outputs"}) {
+    if (path == nullptr) {
+      for (std::string_view key : {"args", "inputs", "outputs", "send_stdout_as"}) {
         if (const Entry* entry = entries.Get(key)) {
           return Error(entry->key_location,
                        "'" + entry->key + "' of " + owner +
@@ -446,11 +512,32 @@ class Reader {
                            "each operator)");
         }
       }
-      FERRY_RETURN_NOT_OK(ReadOperators(*operators, index, node));
+      if (!node->build.empty()) {
+        // Operators' files are checked when the descriptor is read; a build
+        // that makes them would run too late.
+        return Error(entries.Get("build")->key_location,
+                     "'build' of " + owner +
+                         " is only supported on a node with 'path' (build the operator first)");
+      }
+      if (operators != nullptr) {
+        FERRY_RETURN_NOT_OK(ReadOperators(*operators, index, node));
+      } else {
+        node->operators.emplace_back();
+        SourceLocation op_id_location;
+        FERRY_RETURN_NOT_OK(ReadOperator(single->value, index, 0, node->id, &node->operators.back(),
+                                         &op_id_location, kSingleOperatorId));
+      }
     } else {
       FERRY_ASSIGN_OR_RAISE(std::string text, ReadString(*path, owner));
       if (text.empty()) return Error(path->value.location, "'path' of " + owner + " is empty");
-      auto resolved = internal::ResolveProgram(text, directory_, options_.check_paths);
+      if (text == "dynamic") {
+        return Error(path->value.location, owner +
+                                               ": dora-rs dynamic nodes (path: dynamic) are not "
+                                               "supported; give the program or script to run");
+      }
+      // A program the build makes is checked when it is launched.
+      auto resolved =
+          internal::ResolveProgram(text, directory_, options_.check_paths && node->build.empty());
       if (!resolved.ok()) {
         return Error(path->value.location, owner + ": " + resolved.status().message());
       }
@@ -463,6 +550,16 @@ class Reader {
       }
       if (const Entry* outputs = entries.Get("outputs")) {
         FERRY_RETURN_NOT_OK(ReadOutputs(*outputs, owner, node->id, &node->outputs));
+      }
+      if (const Entry* stdout_as = entries.Get("send_stdout_as")) {
+        FERRY_ASSIGN_OR_RAISE(node->send_stdout_as, ReadString(*stdout_as, owner));
+        if (std::find(node->outputs.begin(), node->outputs.end(), node->send_stdout_as) ==
+            node->outputs.end()) {
+          return Error(stdout_as->value.location,
+                       "'send_stdout_as' of " + owner + " names " + Quote(node->send_stdout_as) +
+                           ", which is not one of its outputs (outputs: " +
+                           internal::JoinNames(node->outputs) + ")");
+        }
       }
     }
     if (const Entry* env = entries.Get("env")) FERRY_RETURN_NOT_OK(ReadEnv(*env, owner, node));
@@ -576,6 +673,16 @@ class Reader {
     return Status::OK();
   }
 
+  // dora-rs's `_unstable_deploy: {machine: NAME}`.
+  Status ReadDeploy(const Entry& entry, const std::string& owner, std::string* machine) const {
+    const std::string what = "'_unstable_deploy' of " + owner;
+    FERRY_ASSIGN_OR_RAISE(Entries entries, ReadMapping(entry.value, what, kDeployKeys));
+    if (const Entry* name = entries.Get("machine")) {
+      FERRY_ASSIGN_OR_RAISE(*machine, ReadString(*name, what));
+    }
+    return Status::OK();
+  }
+
   Status ReadResources(const Entry& entry, const std::string& owner,
                        ResourceSpec* resources) const {
     const std::string what = "'resources' of " + owner;
@@ -615,14 +722,26 @@ class Reader {
     return Status::OK();
   }
 
+  // `default_id`, when not null, is the id of an operator without `id`
+  // (dora-rs's single `operator:`).
   Status ReadOperator(Ref ref, size_t node_index, int op_index, const std::string& node_id,
-                      OperatorSpec* op, SourceLocation* id_location) {
+                      OperatorSpec* op, SourceLocation* id_location,
+                      const char* default_id = nullptr) {
     const std::string provisional =
         PeekId(ref, "operator", static_cast<size_t>(op_index), node_id + "/");
     FERRY_ASSIGN_OR_RAISE(Entries entries, ReadMapping(ref, provisional, kOperatorKeys));
     op->location = ref.location;
-    FERRY_ASSIGN_OR_RAISE(op->id, ReadId(entries, ref, provisional, "operator", id_location));
+    if (default_id != nullptr && entries.Find("id") == nullptr) {
+      op->id = default_id;
+      *id_location = ref.location;
+    } else {
+      FERRY_ASSIGN_OR_RAISE(op->id, ReadId(entries, ref, provisional, "operator", id_location));
+    }
     const std::string owner = "operator '" + node_id + "/" + op->id + "'";
+    for (std::string_view key : {"name", "description"}) {
+      if (const Entry* entry = entries.Get(key))
+        FERRY_RETURN_NOT_OK(ReadString(*entry, owner).status());
+    }
     const Entry* library = entries.Get("shared-library");
     const Entry* python = entries.Get("python");
     if (library != nullptr && python != nullptr) {
@@ -632,15 +751,25 @@ class Reader {
     if (library == nullptr && python == nullptr) {
       return Error(ref.location, owner + " needs 'shared-library' (a .so) or 'python' (a script)");
     }
-    const Entry& file = library != nullptr ? *library : *python;
+    const Entry* file = library != nullptr ? library : python;
     op->kind =
         library != nullptr ? OperatorSpec::Kind::kSharedLibrary : OperatorSpec::Kind::kPython;
-    FERRY_ASSIGN_OR_RAISE(std::string text, ReadString(file, owner));
+    std::optional<Entries> python_fields;
+    if (python != nullptr && python->value.node->kind == Node::Kind::kMapping) {
+      // dora-rs's long form: python: {source: op.py}
+      FERRY_ASSIGN_OR_RAISE(
+          Entries fields, ReadMapping(python->value, "'python' of " + owner, kPythonOperatorKeys));
+      python_fields.emplace(std::move(fields));
+      file = python_fields->Get("source");
+      if (file == nullptr)
+        return Error(python->value.location, "'python' of " + owner + " has no 'source'");
+    }
+    FERRY_ASSIGN_OR_RAISE(std::string text, ReadString(*file, owner));
     if (text.empty())
-      return Error(file.value.location, "'" + file.key + "' of " + owner + " is empty");
+      return Error(file->value.location, "'" + file->key + "' of " + owner + " is empty");
     auto resolved = internal::ResolveOperatorFile(text, directory_, options_.check_paths);
     if (!resolved.ok())
-      return Error(file.value.location, owner + ": " + resolved.status().message());
+      return Error(file->value.location, owner + ": " + resolved.status().message());
     op->path = std::move(resolved).MoveValueUnsafe();
     if (const Entry* inputs = entries.Get("inputs")) {
       FERRY_RETURN_NOT_OK(ReadInputs(*inputs, owner, node_index, op_index, &op->inputs));
@@ -735,7 +864,9 @@ class Reader {
   Status ParseSource(const std::string& text, SourceLocation location, const std::string& what,
                      InputSource* source) const {
     source->text = text;
-    if (text.rfind(kTimerPrefix, 0) == 0) return ParseTimer(text, location, what, source);
+    for (std::string_view prefix : kBuiltinPrefixes) {
+      if (text.starts_with(prefix)) return ParseTimer(text, location, what, source);
+    }
     const std::vector<std::string> parts = SplitOn(text, '/');
     const bool well_formed = (parts.size() == 2 || parts.size() == 3) &&
                              std::all_of(parts.begin(), parts.end(), IsValidId);
@@ -754,7 +885,8 @@ class Reader {
   Status ParseTimer(const std::string& text, SourceLocation location, const std::string& what,
                     InputSource* source) const {
     const std::vector<std::string> parts = SplitOn(text, '/');
-    if (parts.size() != 4 || parts[1] != "timer" || (parts[2] != "millis" && parts[2] != "hz")) {
+    if (parts.size() != 4 || parts[1] != "timer" ||
+        (parts[2] != "millis" && parts[2] != "secs" && parts[2] != "hz")) {
       return Error(location, what + " has an unknown built-in source " + Quote(text) +
                                  " (built-in sources: " + kTimerForms + ")");
     }
@@ -770,6 +902,19 @@ class Reader {
                                    std::to_string(kMaxTimerMillis) + " (one day)");
       }
       source->interval = std::chrono::milliseconds(millis);
+      return Status::OK();
+    }
+    if (parts[2] == "secs") {
+      int64_t secs = 0;
+      auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), secs);
+      constexpr int64_t kMaxTimerSecs = kMaxTimerMillis / 1000;
+      if (!IsDigits(number) || error != std::errc() || end != number.data() + number.size() ||
+          secs < 1 || secs > kMaxTimerSecs) {
+        return Error(location, what + ": timer period " + Quote(number) +
+                                   " must be a whole number of seconds from 1 to " +
+                                   std::to_string(kMaxTimerSecs) + " (one day)");
+      }
+      source->interval = std::chrono::seconds(secs);
       return Status::OK();
     }
     // digits with an optional fraction: 30, 0.5, 2.5

@@ -354,7 +354,8 @@ TEST(DataflowErrors, TopLevel) {
             "df.yml:1:8: 'nodes' must be a list of nodes, got a mapping");
   EXPECT_EQ(ErrorOf("nodes: [1]\n"), "df.yml:1:9: node #1 must be a mapping, got '1'");
   EXPECT_EQ(ErrorOf("nodes: [{id: a, path: a}]\nname: x\n"),
-            "df.yml:2:1: unknown key 'name' in the descriptor (allowed: nodes)");
+            "df.yml:2:1: unknown key 'name' in the descriptor (allowed: nodes, communication, "
+            "_unstable_deploy)");
   EXPECT_EQ(ErrorOf("nodes: [{id: a, path: a}]\n---\nnodes: []\n"),
             "df.yml:2:1: a descriptor holds one YAML document; found a second one here");
 }
@@ -362,18 +363,20 @@ TEST(DataflowErrors, TopLevel) {
 TEST(DataflowErrors, UnknownKeysListTheAllowedOnes) {
   EXPECT_EQ(ErrorOf("nodes:\n  - id: cam\n    pth: x\n"),
             "df.yml:3:5: unknown key 'pth' in node 'cam' (did you mean 'path'? allowed: id, path, "
-            "args, env, inputs, outputs, operators, restart, max_restarts, stop_grace_ms, "
-            "resources)");
+            "args, env, inputs, outputs, operators, operator, restart, build, send_stdout_as, "
+            "_unstable_deploy, max_restarts, stop_grace_ms, resources, name, description)");
   EXPECT_EQ(ErrorOf("nodes:\n  - path: x\n    colour: red\n"),
             "df.yml:3:5: unknown key 'colour' in node #1 (allowed: id, path, args, env, inputs, "
-            "outputs, operators, restart, max_restarts, stop_grace_ms, resources)");
+            "outputs, operators, operator, restart, build, send_stdout_as, _unstable_deploy, "
+            "max_restarts, stop_grace_ms, resources, name, description)");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: r\n    operators:\n      - id: op\n        library: x\n"),
             "df.yml:5:9: unknown key 'library' in operator 'r/op' (allowed: id, shared-library, "
-            "python, inputs, outputs, config)");
+            "python, inputs, outputs, config, name, description)");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: r\n    operators:\n      - id: op\n"
                     "        shared_library: x\n"),
             "df.yml:5:9: unknown key 'shared_library' in operator 'r/op' (did you mean "
-            "'shared-library'? allowed: id, shared-library, python, inputs, outputs, config)");
+            "'shared-library'? allowed: id, shared-library, python, inputs, outputs, config, name, "
+            "description)");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    path: a\n    inputs: {i: {source: ferry/timer/hz/1, "
                     "queue: 3}}\n"),
             "df.yml:4:44: unknown key 'queue' in input 'i' of node 'a' (allowed: source, "
@@ -516,8 +519,8 @@ TEST(DataflowErrors, IdCharacters) {
   EXPECT_EQ(ErrorOf("nodes:\n  - {id: \"caf\xC3\xA9\", path: a}\n"),
             "df.yml:2:10: node id 'caf\xC3\xA9' may only use letters, digits, '_' and '-'");
   EXPECT_EQ(ErrorOf("nodes:\n  - {id: ferry, path: a}\n"),
-            "df.yml:2:10: node id 'ferry' is reserved for built-in sources (ferry/timer/millis/N "
-            "or ferry/timer/hz/N)");
+            "df.yml:2:10: node id 'ferry' is reserved for built-in sources (ferry/timer/millis/N, "
+            "ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike)");
   EXPECT_EQ(ErrorOf("nodes:\n  - {id: r, operators: [{id: o.p, python: o.py}]}\n"),
             "df.yml:2:30: operator id 'o.p' may only use letters, digits, '_' and '-'");
   EXPECT_EQ(ErrorOf("nodes:\n  - {id: a, path: a, outputs: [ok, not ok]}\n"),
@@ -534,10 +537,10 @@ TEST(DataflowErrors, IdCharacters) {
 TEST(DataflowErrors, PathOrOperators) {
   EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    path: a\n    operators: [{id: o, python: o.py}]\n"),
             "df.yml:4:5: node 'a' has both 'path' and 'operators': a node runs either a program "
-            "(path) or operators in a runtime (operators)");
+            "(path) or operators in a runtime (operators, or one operator)");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    outputs: [x]\n"),
-            "df.yml:2:5: node 'a' needs 'path' (a program or a .py script) or 'operators' "
-            "(operators in a runtime)");
+            "df.yml:2:5: node 'a' needs 'path' (a program or a .py script), 'operators' "
+            "(operators in a runtime) or 'operator' (one operator)");
   EXPECT_EQ(ErrorOf("nodes:\n  - path: a\n"), "df.yml:2:5: node #1 has no 'id'");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: r\n    operators: [{id: o, python: o.py}]\n    inputs: "
                     "{i: ferry/timer/hz/1}\n"),
@@ -594,16 +597,16 @@ TEST(DataflowErrors, UnknownSourcesListWhatExists) {
             "'camera' has outputs: image, depth)");
   EXPECT_EQ(ErrorOf(producers + "camera\n"),
             "df.yml:12:10: input 'x' of node 'sink' has a malformed source 'camera' (expected "
-            "node/output, node/operator/output, or a timer: ferry/timer/millis/N or "
-            "ferry/timer/hz/N)");
+            "node/output, node/operator/output, or a timer: ferry/timer/millis/N, "
+            "ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike)");
   EXPECT_EQ(ErrorOf(producers + "camera//image\n"),
             "df.yml:12:10: input 'x' of node 'sink' has a malformed source 'camera//image' "
-            "(expected node/output, node/operator/output, or a timer: ferry/timer/millis/N or "
-            "ferry/timer/hz/N)");
+            "(expected node/output, node/operator/output, or a timer: ferry/timer/millis/N, "
+            "ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike)");
   EXPECT_EQ(ErrorOf(producers + "a/b/c/d\n"),
             "df.yml:12:10: input 'x' of node 'sink' has a malformed source 'a/b/c/d' (expected "
-            "node/output, node/operator/output, or a timer: ferry/timer/millis/N or "
-            "ferry/timer/hz/N)");
+            "node/output, node/operator/output, or a timer: ferry/timer/millis/N, "
+            "ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike)");
   // Operator inputs are named with their node.
   EXPECT_EQ(ErrorOf("nodes:\n  - id: rt\n    operators:\n      - id: o\n        python: o.py\n"
                     "        inputs: {i: nowhere/x}\n"),
@@ -640,7 +643,8 @@ TEST(DataflowErrors, TimerSyntaxAndRanges) {
   EXPECT_EQ(error("ferry/timer/hz/abc"), hz("abc"));
   const auto unknown = [&](const std::string& source) {
     return "df.yml:4:17: input 't' of node 'a' has an unknown built-in source '" + source +
-           "' (built-in sources: ferry/timer/millis/N or ferry/timer/hz/N)";
+           "' (built-in sources: ferry/timer/millis/N, ferry/timer/secs/N or ferry/timer/hz/N, or "
+           "dora/timer/... alike)";
   };
   EXPECT_EQ(error("ferry/timer/seconds/1"), unknown("ferry/timer/seconds/1"));
   EXPECT_EQ(error("ferry/clock/1"), unknown("ferry/clock/1"));
@@ -1062,4 +1066,186 @@ TEST(DataflowHostile, RandomMutationsNeverCrash) {
 }
 
 }  // namespace
+// A dora-rs 1.x descriptor, as dora's documentation writes them.
+constexpr const char* kDoraExample = R"(communication:
+  _unstable_local: shmem
+nodes:
+  - id: camera
+    name: Camera
+    description: sends frames
+    build: pip install -e camera
+    path: camera/main.py
+    args: --fps 30
+    env:
+      LEVEL: 2
+      DEBUG: true
+    inputs:
+      tick: dora/timer/millis/500
+      slow: dora/timer/secs/2
+      fast: dora/timer/hz/30
+    outputs:
+      - image
+      - log
+    send_stdout_as: log
+    _unstable_deploy:
+      machine: robot-a
+  - id: plot
+    operator:
+      python: plot.py
+      inputs:
+        image:
+          source: camera/image
+          queue_size: 1
+      outputs: [shown]
+  - id: sink
+    path: sink
+    inputs:
+      shown: plot/op/shown
+      image: {source: camera/image}
+)";
+
+TEST(DataflowDora, DescriptorParses) {
+  ASSERT_OK_AND_ASSIGN(Dataflow dataflow, ParseText(kDoraExample));
+  ASSERT_EQ(dataflow.nodes.size(), 3u);
+  const NodeSpec& camera = dataflow.nodes[0];
+  EXPECT_EQ(camera.build, "pip install -e camera");
+  EXPECT_EQ(camera.path, "/flows/camera/main.py");
+  EXPECT_TRUE(camera.python);
+  EXPECT_EQ(camera.args, (std::vector<std::string>{"--fps", "30"}));
+  EXPECT_EQ(camera.env, (std::map<std::string, std::string>{{"DEBUG", "true"}, {"LEVEL", "2"}}));
+  ASSERT_EQ(camera.inputs.size(), 3u);
+  EXPECT_EQ(camera.inputs[0].source.kind, InputSource::Kind::kTimer);
+  EXPECT_EQ(camera.inputs[0].source.interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(camera.inputs[0].source.text, "dora/timer/millis/500");
+  EXPECT_EQ(camera.inputs[1].source.interval, std::chrono::seconds(2));
+  EXPECT_EQ(camera.inputs[2].source.interval, std::chrono::nanoseconds(33333333));
+  EXPECT_EQ(camera.outputs, (std::vector<std::string>{"image", "log"}));
+  EXPECT_EQ(camera.send_stdout_as, "log");
+  EXPECT_EQ(camera.deploy_machine, "robot-a");
+
+  // A single `operator:` is a runtime node with one operator named "op".
+  const NodeSpec& plot = dataflow.nodes[1];
+  ASSERT_TRUE(plot.is_runtime());
+  ASSERT_EQ(plot.operators.size(), 1u);
+  EXPECT_EQ(plot.operators[0].id, "op");
+  EXPECT_EQ(plot.operators[0].kind, OperatorSpec::Kind::kPython);
+  EXPECT_EQ(plot.operators[0].path, "/flows/plot.py");
+  ASSERT_EQ(plot.operators[0].inputs.size(), 1u);
+  EXPECT_EQ(plot.operators[0].inputs[0].queue_size, 1u);
+  EXPECT_EQ(plot.operators[0].inputs[0].source.node, "camera");
+
+  const NodeSpec& sink = dataflow.nodes[2];
+  ASSERT_EQ(sink.inputs.size(), 2u);
+  EXPECT_EQ(sink.inputs[0].source.node, "plot");
+  EXPECT_EQ(sink.inputs[0].source.operator_id, "op");
+  EXPECT_EQ(sink.inputs[0].source.output, "shown");
+  EXPECT_EQ(sink.inputs[1].source.output, "image");
+  EXPECT_EQ(sink.inputs[1].queue_size, 64u);
+}
+
+TEST(DataflowDora, SingleOperatorForms) {
+  // An id on the single operator renames it; python: {source: ...} is dora's long form.
+  ASSERT_OK_AND_ASSIGN(
+      Dataflow dataflow,
+      ParseText("nodes:\n  - id: n\n    operator:\n      id: detect\n      python:\n"
+                "        source: op.py\n      outputs: [o]\n"
+                "  - {id: s, path: s, inputs: {x: n/detect/o}}\n"));
+  EXPECT_EQ(dataflow.nodes[0].operators[0].id, "detect");
+  EXPECT_EQ(dataflow.nodes[0].operators[0].path, "/flows/op.py");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: {conda_env: base}}\n"),
+            "df.yml:3:25: dora-rs key 'conda_env' in 'python' of operator 'n/op' is not "
+            "supported by Ferry: start the operator's interpreter through FERRY_PYTHON instead "
+            "(allowed: source)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: {}}\n"),
+            "df.yml:3:24: 'python' of operator 'n/op' has no 'source'");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    path: a\n    operator: {python: o.py}\n"),
+            "df.yml:4:5: node 'n' has both 'path' and 'operator': a node runs either a program "
+            "(path) or operators in a runtime (operators, or one operator)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: o.py}\n    outputs: [x]\n"),
+            "df.yml:4:5: 'outputs' of node 'n' does not apply: it has operators (list inputs and "
+            "outputs under each operator)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: o.py, outputs: [x]}\n"
+                    "  - {id: s, path: s, inputs: {x: n/x}}\n"),
+            "df.yml:4:34: input 'x' of node 's' refers to 'n/x', but 'n' is a runtime node: "
+            "write 'n/<operator>/<output>' (operators: op)");
+}
+
+TEST(DataflowDora, TimersAndReservedIds) {
+  const std::string node = "nodes:\n  - id: a\n    path: a\n    inputs: {t: ";
+  const auto parse = [&](const std::string& source) { return ParseText(node + source + "}\n"); };
+  ASSERT_OK_AND_ASSIGN(Dataflow millis, parse("dora/timer/millis/20"));
+  EXPECT_EQ(millis.nodes[0].inputs[0].source.interval, std::chrono::milliseconds(20));
+  ASSERT_OK_AND_ASSIGN(Dataflow hz, parse("dora/timer/hz/2.5"));
+  EXPECT_EQ(hz.nodes[0].inputs[0].source.interval, std::chrono::milliseconds(400));
+  ASSERT_OK_AND_ASSIGN(Dataflow secs, parse("ferry/timer/secs/3"));
+  EXPECT_EQ(secs.nodes[0].inputs[0].source.interval, std::chrono::seconds(3));
+  EXPECT_EQ(ErrorOf(node + "dora/timer/millis/0}\n"),
+            "df.yml:4:17: input 't' of node 'a': timer period '0' must be a whole number of "
+            "milliseconds from 1 to 86400000 (one day)");
+  EXPECT_EQ(ErrorOf(node + "dora/timer/secs/86401}\n"),
+            "df.yml:4:17: input 't' of node 'a': timer period '86401' must be a whole number of "
+            "seconds from 1 to 86400 (one day)");
+  EXPECT_EQ(ErrorOf(node + "dora/timer/hz/0}\n"),
+            "df.yml:4:17: input 't' of node 'a': timer frequency '0' must be a number of hertz "
+            "from 1 to 1000000");
+  EXPECT_EQ(ErrorOf(node + "dora/clock/1}\n"),
+            "df.yml:4:17: input 't' of node 'a' has an unknown built-in source 'dora/clock/1' "
+            "(built-in sources: ferry/timer/millis/N, ferry/timer/secs/N or ferry/timer/hz/N, or "
+            "dora/timer/... alike)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: dora, path: a}\n"),
+            "df.yml:2:10: node id 'dora' is reserved for built-in sources (ferry/timer/millis/N, "
+            "ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike)");
+}
+
+TEST(DataflowDora, UnsupportedKeysSayWhatToDo) {
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    git: https://example.com/x.git\n    path: a\n"),
+            "df.yml:3:5: dora-rs key 'git' in node 'a' is not supported by Ferry: clone the "
+            "repository yourself and point path (and build) at it (allowed: id, path, args, env, "
+            "inputs, outputs, operators, operator, restart, build, send_stdout_as, "
+            "_unstable_deploy, max_restarts, stop_grace_ms, resources, name, description)");
+  EXPECT_THAT(ErrorOf("nodes:\n  - id: a\n    custom: {source: a}\n"),
+              StartsWith("df.yml:3:5: dora-rs key 'custom' in node 'a' is not supported by "
+                         "Ferry: write its source"));
+  EXPECT_THAT(ErrorOf("nodes:\n  - id: a\n    path: a\n    inputs:\n      i:\n"
+                      "        source: dora/timer/millis/5\n        input_timeout: 1\n"),
+              StartsWith("df.yml:7:9: dora-rs key 'input_timeout' in input 'i' of node 'a' is "
+                         "not supported by Ferry"));
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    path: a\n    inputs:\n      i:\n"
+                    "        source: dora/timer/millis/5\n        queue_sise: 1\n"),
+            "df.yml:7:9: unknown key 'queue_sise' in input 'i' of node 'a' (did you mean "
+            "'queue_size'? allowed: source, queue_size, overflow)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    path: dynamic\n"),
+            "df.yml:3:11: node 'a': dora-rs dynamic nodes (path: dynamic) are not supported; give "
+            "the program or script to run");
+  EXPECT_EQ(ErrorOf("nodes:\n  - id: a\n    path: a\n    _unstable_deploy: {machine: m, "
+                    "local: true}\n"),
+            "df.yml:4:36: unknown key 'local' in '_unstable_deploy' of node 'a' (allowed: "
+            "machine)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: a, path: a}\ncommunication: shmem\n"),
+            "df.yml:3:16: 'communication' must be a mapping, got 'shmem'");
+}
+
+TEST(DataflowDora, BuildAndStdout) {
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: a, path: a, build: ''}\n"),
+            "df.yml:2:29: 'build' of node 'a' is empty");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: a, path: a, build: [make]}\n"),
+            "df.yml:2:29: 'build' of node 'a' must be a string, got a list");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: r, operator: {python: o.py}, build: make}\n"),
+            "df.yml:2:39: 'build' of node 'r' is only supported on a node with 'path' (build the "
+            "operator first)");
+  EXPECT_EQ(ErrorOf("nodes:\n  - {id: a, path: a, outputs: [x], send_stdout_as: y}\n"),
+            "df.yml:2:52: 'send_stdout_as' of node 'a' names 'y', which is not one of its "
+            "outputs (outputs: x)");
+  // A program that the build makes need not exist when the descriptor is read.
+  const ferry::testing::ScratchDir scratch("dora-build");
+  ASSERT_TRUE(scratch.ok());
+  const std::string& directory = scratch.path();
+  ParseOptions checked;
+  ASSERT_OK_AND_ASSIGN(Dataflow built,
+                       ParseDataflowString("nodes:\n  - {id: a, path: bin/a, build: make}\n",
+                                           "df.yml", directory, checked));
+  EXPECT_EQ(built.nodes[0].path, directory + "/bin/a");
+  EXPECT_THAT(ErrorOf("nodes:\n  - {id: a, path: bin/a}\n", checked), HasSubstr("bin/a"));
+}
+
 }  // namespace ferry::flow
