@@ -1,5 +1,5 @@
 // The `ferry` command:
-//   ferry run FILE [--name N] [--log-dir D] [--summary-json F] [--allow-cycles]
+//   ferry run FILE [--name N] [--log-dir D] [--summary-json F] [--allow-cycles] [--no-build]
 //   ferry check FILE [--allow-cycles]
 //   ferry stop RUN_ID [--timeout S]
 //   ferry ps [--json]        (alias: ferry list; the dataflows running here)
@@ -75,6 +75,12 @@ void PrintGraph(const std::string& file, const Dataflow& dataflow) {
       std::cout << " (max " << node.max_restarts << ")";
     }
     std::cout << "\n";
+    if (!node.build.empty()) std::cout << "    build  " << node.build << "\n";
+    if (!node.send_stdout_as.empty())
+      std::cout << "    stdout as output " << node.send_stdout_as << "\n";
+    if (!node.deploy_machine.empty()) {
+      std::cout << "    machine " << node.deploy_machine << " (recorded; runs on this machine)\n";
+    }
     auto print_ports = [](const std::string& indent, const std::vector<InputSpec>& inputs,
                           const std::vector<std::string>& outputs) {
       for (const auto& input : inputs)
@@ -169,6 +175,8 @@ int Main(int argc, char** argv) {
   run->add_option("--summary-json", run_options.summary_json,
                   "Also write the summary as JSON to this file");
   run->add_flag("--allow-cycles", allow_cycles, "Accept feedback loops between nodes");
+  bool no_build = false;
+  run->add_flag("--no-build", no_build, "Skip the nodes' build: commands");
   run->add_option("--start-timeout", start_timeout_s,
                   "Seconds the nodes may take to become ready (default 60)")
       ->check(CLI::Range(0.001, 86400.0));
@@ -250,6 +258,7 @@ int Main(int argc, char** argv) {
     }
     run_options.start_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(start_timeout_s * 1000));
+    run_options.run_builds = !no_build;
     run_options.out = &std::cout;
     run_options.err = &std::cerr;
     auto summary = ferry::flow::daemon::RunDataflow(*dataflow, run_options);

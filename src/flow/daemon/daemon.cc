@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "flow/daemon/build.h"
 #include "flow/daemon/output.h"
 #include "flow/daemon/process.h"
 #include "flow/node/protocol.h"
@@ -141,6 +142,8 @@ struct NodeState {
   const NodeSpec* spec = nullptr;
   const NodeLaunch* launch = nullptr;
   std::unique_ptr<NodeOutput> output;
+  // The daemon-owned output that carries the node's stdout (send_stdout_as).
+  std::unique_ptr<StdoutPublisher> stdout_publisher;
   NodeSummary summary;
 
   // The current instance.
@@ -241,7 +244,10 @@ Status Daemon::Prepare() {
   const std::string run_id = options_.run_name.empty() ? GenerateRunId() : options_.run_name;
   FERRY_RETURN_NOT_OK(CheckRunName(run_id));
   if (dataflow_.nodes.empty()) return Status::Invalid("the dataflow has no nodes");
-  FERRY_ASSIGN_OR_RAISE(plan_, PlanDataflow(dataflow_, run_id, options_.launch));
+  if (!options_.run_builds) {
+    // Without the builds, a program they would make must already be there.
+    FERRY_ASSIGN_OR_RAISE(plan_, PlanDataflow(dataflow_, run_id, options_.launch));
+  }
 
   auto listener = protocol::Listener::Listen(protocol::DaemonSocketName(run_id));
   if (!listener.ok()) {
@@ -253,14 +259,33 @@ Status Daemon::Prepare() {
   log_dir_ = options_.log_dir.empty() ? ".ferry/logs/" + run_id : options_.log_dir;
   FERRY_RETURN_NOT_OK(MakeDirectories(log_dir_));
 
-  nodes_.resize(plan_.nodes.size());
-  for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+  nodes_.resize(dataflow_.nodes.size());
+  for (size_t i = 0; i < dataflow_.nodes.size(); ++i) {
     NodeState& node = nodes_[i];
-    node.launch = &plan_.nodes[i];
     node.spec = &dataflow_.nodes[i];
     node.summary.id = node.spec->id;
     node.output = std::make_unique<NodeOutput>(node.spec->id, options_.out, options_.err);
     FERRY_RETURN_NOT_OK(node.output->OpenLog(log_dir_ + "/" + node.spec->id + ".log"));
+  }
+  if (options_.run_builds) {
+    const std::string directory = dataflow_.directory.empty() ? "." : dataflow_.directory;
+    for (NodeState& node : nodes_) {
+      FERRY_RETURN_NOT_OK(RunBuild(*node.spec, directory, *node.output));
+    }
+    FERRY_ASSIGN_OR_RAISE(plan_, PlanDataflow(dataflow_, run_id, options_.launch));
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState& node = nodes_[i];
+    node.launch = &plan_.nodes[i];
+    if (!node.spec->send_stdout_as.empty()) {
+      const std::string channel =
+          protocol::ChannelName(run_id, node.spec->id, "", node.spec->send_stdout_as);
+      auto publisher = StdoutPublisher::Create(channel);
+      if (!publisher.ok()) {
+        return publisher.status().WithPrefix("node '" + node.spec->id + "': send_stdout_as: ");
+      }
+      node.stdout_publisher = std::move(publisher).MoveValueUnsafe();
+    }
   }
   return signals_.Install(options_.handle_signals);
 }
@@ -373,6 +398,8 @@ void Daemon::ScheduleOrFinish(int index, const ExitStatus& status) {
   }
   node.finished = true;
   node.summary.failed = !status.success();
+  // Its consumers see the stdout output end once they received every line.
+  node.stdout_publisher.reset();
   CloseConsumerInputs(index);
   if (wants_restart && !stopping_) {
     node.output->Note(status.ToString() + "; no restarts left (" +
@@ -393,6 +420,10 @@ void Daemon::HandleExit(int index, const ExitStatus& status) {
     if (stream->node == index && stream->fd.valid()) {
       ReadStream(*stream, /*until_end=*/false);
       stream->drain_deadline = std::min(stream->drain_deadline, Clock::now() + kDrainTimeout);
+      // Lines sent as an output are all read before its consumers hear it closed.
+      if (!stream->from_stderr && node.stdout_publisher != nullptr) {
+        ReadStream(*stream, /*until_end=*/true);
+      }
     }
   }
   // Whatever the node left behind in its group goes with it.
@@ -716,7 +747,15 @@ void Daemon::ForgetAcksFrom(int consumer) {
 
 void Daemon::ReadStream(Stream& stream, bool until_end) {
   if (!stream.fd.valid()) return;
-  NodeOutput& output = *nodes_[static_cast<size_t>(stream.node)].output;
+  NodeState& node = nodes_[static_cast<size_t>(stream.node)];
+  NodeOutput& output = *node.output;
+  StdoutPublisher* publisher = stream.from_stderr ? nullptr : node.stdout_publisher.get();
+  const auto forward = [&](const std::string& line) {
+    output.Line(stream.from_stderr, line);
+    if (publisher == nullptr) return;
+    Status sent = publisher->Send(line);
+    if (!sent.ok()) output.Note("send_stdout_as: a line was not sent: " + sent.message(), false);
+  };
   char buffer[16384];
   for (int rounds = 0;; ++rounds) {
     // A chatty node must not starve the others: the rest waits for the next poll.
@@ -725,7 +764,7 @@ void Daemon::ReadStream(Stream& stream, bool until_end) {
     if (count > 0) {
       for (auto& line :
            stream.buffer.Append(std::string_view(buffer, static_cast<size_t>(count)))) {
-        output.Line(stream.from_stderr, line);
+        forward(line);
       }
       continue;
     }
@@ -740,7 +779,7 @@ void Daemon::ReadStream(Stream& stream, bool until_end) {
     }
     break;  // end of stream or a read error
   }
-  for (auto& line : stream.buffer.Finish()) output.Line(stream.from_stderr, line);
+  for (auto& line : stream.buffer.Finish()) forward(line);
   stream.fd.reset();
 }
 
@@ -870,6 +909,11 @@ void Daemon::Loop() {
     for (const auto& stream : streams_) fds.push_back({stream->fd.get(), POLLIN, 0});
     for (const auto& node : nodes_) {
       if (node.running && node.pidfd.valid()) fds.push_back({node.pidfd.get(), POLLIN, 0});
+    }
+    for (auto& node : nodes_) {
+      if (node.stdout_publisher == nullptr) continue;
+      node.stdout_publisher->Poll();
+      fds.push_back({node.stdout_publisher->wait_fd(), POLLIN, 0});
     }
 
     TimePoint wake = Clock::now() + kMaxPollWait;

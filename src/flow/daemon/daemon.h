@@ -5,6 +5,7 @@
 // Life of a run:
 //   1. A run id ("df-<pid>-<4 hex>" or --name), each node's NodeConfig
 //      (plan.h), and the control socket protocol::DaemonSocketName(run id).
+//   1b. The nodes' `build:` commands run, in descriptor order (build.h).
 //   2. Every node is started (own process group, dies with the daemon) with
 //      FERRY_NODE_CONFIG, FERRY_NODE_ID, FERRY_DATAFLOW and its env:.
 //   3. Start barrier: once every node said hello and ready, all get start.
@@ -62,6 +63,10 @@ struct DaemonOptions {
   std::ostream* err = nullptr;
   // SIGINT, SIGTERM and SIGHUP stop the dataflow (a second one kills).
   bool handle_signals = true;
+  // Run the nodes' `build:` commands (build.h) before starting anything; a
+  // failing build returns its error from RunDataflow. `ferry run --no-build`
+  // clears it.
+  bool run_builds = true;
   bool print_summary = true;
 };
 

@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ferry/exchange/builder.h"
+#include "ferry/flow/node.h"
+
 namespace ferry::flow::daemon {
 
 std::vector<std::string> LineBuffer::Append(std::string_view bytes) {
@@ -77,6 +80,54 @@ void NodeOutput::Note(std::string_view text, bool console) {
     std::fputc('\n', log_);
     std::fflush(log_);
   }
+}
+
+namespace {
+
+// `text` with every byte that does not begin or continue a valid UTF-8
+// sequence replaced by U+FFFD.
+std::string ValidUtf8(std::string_view text) {
+  std::string clean;
+  clean.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t length = lead < 0x80           ? 1
+                    : (lead >> 5) == 0x6  ? 2
+                    : (lead >> 4) == 0xE  ? 3
+                    : (lead >> 3) == 0x1E ? 4
+                                          : 0;
+    bool valid = length > 0 && i + length <= text.size() && !(lead == 0xC0 || lead == 0xC1);
+    for (size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (valid) {
+      clean.append(text.substr(i, length));
+      i += length;
+    } else {
+      clean.append("\xEF\xBF\xBD");
+      ++i;
+    }
+  }
+  return clean;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StdoutPublisher>> StdoutPublisher::Create(const std::string& channel) {
+  PublisherOptions options;
+  options.send_timeout = std::chrono::milliseconds(100);
+  options.segment_size = int64_t{1} << 20;
+  FERRY_ASSIGN_OR_RAISE(std::unique_ptr<Publisher> publisher, Publisher::Create(channel, options));
+  return std::unique_ptr<StdoutPublisher>(new StdoutPublisher(std::move(publisher)));
+}
+
+Status StdoutPublisher::Send(std::string_view line) {
+  Utf8Builder builder(publisher_->LoanPool());
+  FERRY_RETURN_NOT_OK(builder.Append(ValidUtf8(line) + "\n"));
+  FERRY_ASSIGN_OR_RAISE(ArrayDataPtr array, builder.Finish());
+  FERRY_ASSIGN_OR_RAISE(RecordBatchPtr batch, ArrayAsBatch(array, /*nullable=*/false));
+  return publisher_->Send(*batch, {{std::string(kArrayMetadataKey), "1"}});
 }
 
 Status MakeDirectories(const std::string& path) {

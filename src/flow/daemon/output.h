@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ferry/base/status.h"
+#include "ferry/flow/transport.h"
 
 namespace ferry::flow::daemon {
 
@@ -54,6 +56,26 @@ class NodeOutput {
   std::ostream* err_;
   std::FILE* log_ = nullptr;
   std::string log_path_;
+};
+
+// A node's stdout sent as one of its outputs (dora-rs's `send_stdout_as`):
+// the daemon owns the output's channel and sends each line, with its '\n',
+// as a one-element utf8 array (the "ferry.array" convention of node.h).
+// Bytes that are not UTF-8 become U+FFFD.
+class StdoutPublisher {
+ public:
+  static Result<std::unique_ptr<StdoutPublisher>> Create(const std::string& channel);
+  // Never waits long: a consumer whose queue stays full for 100 ms misses the
+  // line (the daemon must keep serving the other nodes).
+  Status Send(std::string_view line);
+  // Accepts subscribers and reclaims memory (call when wait_fd() is readable).
+  void Poll() { (void)publisher_->Poll(); }
+  int wait_fd() const { return publisher_->wait_fd(); }
+
+ private:
+  explicit StdoutPublisher(std::unique_ptr<Publisher> publisher)
+      : publisher_(std::move(publisher)) {}
+  std::unique_ptr<Publisher> publisher_;
 };
 
 // Creates `path` and its missing parents (like mkdir -p).

@@ -106,6 +106,10 @@ bool HasPythonOperator(const NodeSpec& node) {
 
 }  // namespace
 
+std::string DoraShimPath(const std::string& python_path) {
+  return python_path + "/ferry/_dora_shim";
+}
+
 std::string InstalledPythonPath(const std::string& ferry_exe) {
   const std::filesystem::path bin = std::filesystem::path(ferry_exe).parent_path();
   std::error_code ec;
@@ -238,6 +242,8 @@ Result<Plan> PlanDataflow(const Dataflow& dataflow, const std::string& run_id,
         config.inputs.push_back(std::move(made));
       }
       for (const std::string& output : spec.outputs) {
+        // The daemon owns the output that carries the node's stdout (daemon.h).
+        if (output == spec.send_stdout_as) continue;
         NodeConfig::Output made{output, protocol::ChannelName(run_id, spec.id, "", output)};
         FERRY_RETURN_NOT_OK(CheckChannel(made.channel));
         config.outputs.push_back(std::move(made));
@@ -260,11 +266,13 @@ Result<Plan> PlanDataflow(const Dataflow& dataflow, const std::string& run_id,
     if (spec.python || HasPythonOperator(spec)) {
       launch.env["PYTHONUNBUFFERED"] = "1";
       if (!settings.python_path.empty()) {
-        // The node's own PYTHONPATH, else the daemon's, comes after the package.
+        // The node's own PYTHONPATH, else the daemon's, comes after the package,
+        // and the `dora` shim before everything: `from dora import Node` runs
+        // on Ferry even where the dora-rs package is installed (docs/dora.md).
         auto own = spec.env.find("PYTHONPATH");
         std::string rest = own != spec.env.end() ? own->second : EnvOr("PYTHONPATH", "");
-        launch.env["PYTHONPATH"] =
-            rest.empty() ? settings.python_path : settings.python_path + ":" + rest;
+        const std::string ours = DoraShimPath(settings.python_path) + ":" + settings.python_path;
+        launch.env["PYTHONPATH"] = rest.empty() ? ours : ours + ":" + rest;
       }
     }
     index_of[spec.id] = plan.nodes.size();

@@ -39,6 +39,11 @@ LaunchSettings DefaultLaunchSettings();
 // holding the ferry package), or "" for a build tree's ferry.
 std::string InstalledPythonPath(const std::string& ferry_exe);
 
+// The directory holding Ferry's `dora` package (the dora-rs Python API on
+// Ferry's node API) inside the ferry package found at `python_path`; it comes
+// first on the PYTHONPATH of Python nodes and Python runtimes.
+std::string DoraShimPath(const std::string& python_path);
+
 // One producer -> consumer connection.
 struct Edge {
   std::string producer;         // node id

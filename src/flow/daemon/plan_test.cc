@@ -182,7 +182,19 @@ TEST(PlanTest, NodePythonPathComesAfterThePackage) {
   Dataflow dataflow = SampleDataflow();
   dataflow.nodes[0].env["PYTHONPATH"] = "/mine";
   ASSERT_OK_AND_ASSIGN(Plan plan, PlanDataflow(dataflow, "run", Settings()));
-  EXPECT_EQ(plan.nodes[0].env.at("PYTHONPATH"), "/repo/python:/mine");
+  EXPECT_EQ(plan.nodes[0].env.at("PYTHONPATH"), "/repo/python/ferry/_dora_shim:/repo/python:/mine");
+}
+
+TEST(PlanTest, StdoutOutputBelongsToTheDaemon) {
+  Dataflow dataflow = SampleDataflow();
+  dataflow.nodes[0].outputs.push_back("log");
+  dataflow.nodes[0].send_stdout_as = "log";
+  ASSERT_OK_AND_ASSIGN(Plan plan, PlanDataflow(dataflow, "run", Settings()));
+  // The node does not create the channel its stdout travels on.
+  for (const NodeConfig::Output& output : plan.nodes[0].config.outputs) {
+    EXPECT_NE(output.id, "log");
+  }
+  EXPECT_EQ(plan.nodes[0].config.outputs.size(), dataflow.nodes[0].outputs.size() - 1);
 }
 
 TEST(PlanTest, InputsOfRestartingProducersAreMarked) {
