@@ -25,6 +25,11 @@ A Python operator is a script that defines a class ``Operator``::
 ``metadata`` (a dict of strings) and ``sequence``; for ERROR ``error``.
 ``send_output(output_id, data, metadata=None)`` takes any Arrow record batch
 (ferry, pyarrow, polars, ...); a ferry batch on a device stays there.
+
+A dora-rs operator (a script that uses the ``dora`` package, e.g. returns
+``DoraStatus.CONTINUE``) gets dora-style events and send_output instead
+(docs/dora.md): ``kind``, a pyarrow array ``value``, ``metadata`` with a
+``timestamp``, bytes and lists accepted by ``send_output``.
 """
 
 import importlib.util
@@ -63,7 +68,48 @@ def load_python_operator(definition):
     instance = cls(config) if parameters else cls()
     if not callable(getattr(instance, "on_event", None)):
         raise TypeError(f"the Operator of '{path}' has no on_event(event, send_output) method")
+    if _uses_dora(module):
+        return _DoraOperator(instance)
     return instance
+
+
+def _uses_dora(module):
+    """True for a script written for dora-rs: it imported the dora package
+    (``import dora`` or ``from dora import ...``)."""
+    for value in vars(module).values():
+        if inspect.ismodule(value) and value.__name__ == "dora":
+            return True
+        if getattr(value, "__module__", None) == "dora":
+            return True
+    return False
+
+
+class _DoraOperator:
+    """A dora-rs operator on Ferry's operator host: dora-style events in,
+    DoraStatus out (STOP and STOP_ALL both end this operator)."""
+
+    def __init__(self, operator):
+        import dora  # Ferry's shim: ferry run puts it first on PYTHONPATH
+
+        self._dora = dora
+        self._operator = operator
+
+    def on_event(self, event, send_output):
+        dora = self._dora
+        event["kind"] = "dora"
+        if event["type"] == "INPUT":
+            event["value"] = dora._dora_value(event["value"])
+            event["metadata"] = dora._incoming_metadata(event.get("metadata") or {})
+
+        def dora_send_output(output_id, data, metadata=None):
+            send_output(output_id, dora._as_arrow(data), dora._outgoing_metadata(metadata))
+
+        status = self._operator.on_event(event, dora_send_output)
+        if status is None or status == dora.DoraStatus.CONTINUE or status == _flow.CONTINUE:
+            return _flow.CONTINUE
+        if status in (dora.DoraStatus.STOP, dora.DoraStatus.STOP_ALL) or status == _flow.STOP:
+            return _flow.STOP
+        raise TypeError(f"on_event returned {status!r} (expected a DoraStatus)")
 
 
 def build_host(definitions, log_errors=True):

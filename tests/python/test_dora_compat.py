@@ -310,3 +310,36 @@ def test_send_output_raw_is_zero_copy(tmp_path):
     result = ferry_run(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert ferry_results(result) == [("reader", "b'wxyz' raw"), ("writer", "copied 0")]
+
+
+def test_python_operators(tmp_path):
+    run_and_compare("operator", tmp_path, [
+        ("sink", "1: [2, 20]"),
+        ("sink", "2: [4, 40]"),
+        ("sink", "3: [6, 60]"),
+    ])
+
+
+def test_ferry_operators_keep_ferry_events(tmp_path):
+    """A Python operator that does not use the dora package gets Ferry's
+    events, as before."""
+    (tmp_path / "dataflow.yml").write_text(textwrap.dedent("""\
+        nodes:
+          - id: rt
+            operators:
+              - id: plain
+                python: plain.py
+                inputs: {t: dora/timer/millis/20}
+        """))
+    (tmp_path / "plain.py").write_text(textwrap.dedent("""\
+        import ferry.flow
+        class Operator:
+            def on_event(self, event, send_output):
+                if event["type"] == "INPUT":
+                    print("RESULT", "kind" in event, "timestamp" in event["metadata"], flush=True)
+                    return ferry.flow.STOP
+                return ferry.flow.CONTINUE
+        """))
+    result = ferry_run(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ferry_results(result) == [("rt", "False False")]

@@ -17,6 +17,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -50,7 +51,8 @@ constexpr int64_t kMaxGpus = 1024;
 constexpr std::string_view kBuiltinPrefixes[] = {"ferry/", "dora/"};
 constexpr const char* kTimerForms =
     "ferry/timer/millis/N, ferry/timer/secs/N or ferry/timer/hz/N, or dora/timer/... alike";
-// The operator id of dora-rs's single `operator:` (its outputs are node/op/output).
+// The operator id of dora-rs's single `operator:` when it has no `id`. Its
+// outputs are written node/output, as dora-rs does (node/op/output works too).
 constexpr const char* kSingleOperatorId = "op";
 
 using Names = std::span<const std::string_view>;
@@ -328,6 +330,20 @@ class Reader {
                                                 At(first->second) + ")");
       }
     }
+    // dora-rs names the outputs of a single `operator:` node/output.
+    for (const internal::InputSite& site : sites_) {
+      NodeSpec& consumer = dataflow->nodes[site.node];
+      std::vector<InputSpec>& inputs =
+          site.operator_index < 0
+              ? consumer.inputs
+              : consumer.operators[static_cast<size_t>(site.operator_index)].inputs;
+      InputSource& source = inputs[site.input].source;
+      if (source.kind != InputSource::Kind::kOutput || !source.operator_id.empty()) continue;
+      if (single_operator_nodes_.count(source.node) == 0) continue;
+      for (const NodeSpec& producer : dataflow->nodes) {
+        if (producer.id == source.node) source.operator_id = producer.operators.front().id;
+      }
+    }
     FERRY_RETURN_NOT_OK(internal::ResolveSources(*dataflow, sites_, reporter_));
     return internal::CheckCycles(*dataflow, sites_, options_.allow_cycles, reporter_);
   }
@@ -526,6 +542,7 @@ class Reader {
         SourceLocation op_id_location;
         FERRY_RETURN_NOT_OK(ReadOperator(single->value, index, 0, node->id, &node->operators.back(),
                                          &op_id_location, kSingleOperatorId));
+        single_operator_nodes_.insert(node->id);
       }
     } else {
       FERRY_ASSIGN_OR_RAISE(std::string text, ReadString(*path, owner));
@@ -995,6 +1012,8 @@ class Reader {
   std::string directory_;
   ParseOptions options_;
   std::vector<internal::InputSite> sites_;
+  // Nodes written with dora-rs's single `operator:`.
+  std::set<std::string> single_operator_nodes_;
 };
 
 // Reads at most kMaxDocumentBytes + 1 bytes of a regular file.

@@ -1100,7 +1100,7 @@ nodes:
   - id: sink
     path: sink
     inputs:
-      shown: plot/op/shown
+      shown: plot/shown
       image: {source: camera/image}
 )";
 
@@ -1149,7 +1149,8 @@ TEST(DataflowDora, SingleOperatorForms) {
       Dataflow dataflow,
       ParseText("nodes:\n  - id: n\n    operator:\n      id: detect\n      python:\n"
                 "        source: op.py\n      outputs: [o]\n"
-                "  - {id: s, path: s, inputs: {x: n/detect/o}}\n"));
+                "  - {id: s, path: s, inputs: {x: n/detect/o, y: n/o}}\n"));
+  EXPECT_EQ(dataflow.nodes[1].inputs[1].source.operator_id, "detect");
   EXPECT_EQ(dataflow.nodes[0].operators[0].id, "detect");
   EXPECT_EQ(dataflow.nodes[0].operators[0].path, "/flows/op.py");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: {conda_env: base}}\n"),
@@ -1164,10 +1165,17 @@ TEST(DataflowDora, SingleOperatorForms) {
   EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: o.py}\n    outputs: [x]\n"),
             "df.yml:4:5: 'outputs' of node 'n' does not apply: it has operators (list inputs and "
             "outputs under each operator)");
+  // dora-rs writes a single operator's outputs node/output; node/op/output works too.
+  ASSERT_OK_AND_ASSIGN(Dataflow short_form,
+                       ParseText("nodes:\n  - id: n\n    operator: {python: o.py, outputs: [x]}\n"
+                                 "  - {id: s, path: s, inputs: {x: n/x, y: n/op/x}}\n"));
+  EXPECT_EQ(short_form.nodes[1].inputs[0].source.operator_id, "op");
+  EXPECT_EQ(short_form.nodes[1].inputs[0].source.output, "x");
+  EXPECT_EQ(short_form.nodes[1].inputs[1].source.operator_id, "op");
   EXPECT_EQ(ErrorOf("nodes:\n  - id: n\n    operator: {python: o.py, outputs: [x]}\n"
-                    "  - {id: s, path: s, inputs: {x: n/x}}\n"),
-            "df.yml:4:34: input 'x' of node 's' refers to 'n/x', but 'n' is a runtime node: "
-            "write 'n/<operator>/<output>' (operators: op)");
+                    "  - {id: s, path: s, inputs: {x: n/y}}\n"),
+            "df.yml:4:34: input 'x' of node 's' refers to unknown output 'n/y' (operator "
+            "'n/op' has outputs: x)");
 }
 
 TEST(DataflowDora, TimersAndReservedIds) {
