@@ -566,5 +566,35 @@ TEST_F(DaemonTest, UsageErrors) {
   EXPECT_THAT(version.out(), HasSubstr("ferry "));
 }
 
+TEST_F(DaemonTest, BuildsRunFirstAndAFailingBuildStartsNothing) {
+  // The test node's program is made by the build.
+  const std::string node_copy = dir_.path() + "/bin/node";
+  WriteDataflow("  - id: made\n    build: mkdir -p bin && cp " + std::string(FERRY_TEST_NODE) +
+                " bin/node && echo copied\n    path: bin/node\n");
+  auto run = Start();
+  ASSERT_EQ(run->Wait(), 0) << run->out() << run->err();
+  EXPECT_THAT(run->out(), HasSubstr("[made] (build) copied\n"));
+  EXPECT_THAT(Log("made"), HasSubstr("(build) copied\n"));
+  EXPECT_TRUE(std::filesystem::exists(node_copy));
+
+  // --no-build: nothing makes the program, so nothing starts.
+  std::filesystem::remove_all(dir_.path() + "/bin");
+  auto skipped = Start({"--no-build"});
+  EXPECT_EQ(skipped->Wait(), 1);
+  EXPECT_THAT(skipped->out(), Not(HasSubstr("(build)")));
+  EXPECT_THAT(skipped->err(), HasSubstr("bin/node"));
+  EXPECT_FALSE(std::filesystem::exists(node_copy));
+
+  WriteDataflow(TestNode("first", "--send 1", "    outputs: [out]\n") +
+                "  - id: broken\n    build: echo oops >&2; exit 4\n    path: " + FERRY_TEST_NODE +
+                "\n");
+  auto failed = Start();
+  EXPECT_EQ(failed->Wait(), 1);
+  EXPECT_THAT(failed->err(), HasSubstr("[broken] (stderr) (build) oops\n"));
+  EXPECT_THAT(failed->err(), HasSubstr("node 'broken': build 'echo oops >&2; exit 4' failed "
+                                       "(exit 4); nothing was started"));
+  EXPECT_THAT(failed->err(), Not(HasSubstr("starting")));
+}
+
 }  // namespace
 }  // namespace ferry::flow::daemon

@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <thread>
 
+#include "ferry/flow/node.h"
 #include "testing/test_util.h"
 
 namespace ferry::flow::daemon {
@@ -76,6 +80,43 @@ TEST(NodeOutputTest, BadLogPathIsAnError) {
   EXPECT_FALSE(opened.ok());
   EXPECT_NE(opened.message().find("cannot create log file"), std::string::npos);
   EXPECT_FALSE(MakeDirectories("/proc/self/status/sub").ok());
+}
+
+// The one string of a message sent by StdoutPublisher.
+std::string LineOf(const Message& message) {
+  EXPECT_TRUE(IsArrayMessage(message.metadata));
+  ArrayDataPtr array = ArrayOfMessage(*message.batch, message.metadata);
+  EXPECT_NE(array, nullptr);
+  if (array == nullptr) return "";
+  EXPECT_EQ(array->type->id, TypeId::kUtf8);
+  EXPECT_EQ(array->length, 1);
+  const int32_t* offsets = array->GetValues<int32_t>(1);
+  const char* data = reinterpret_cast<const char*>(array->buffers[2]->data());
+  return std::string(data + offsets[0], static_cast<size_t>(offsets[1] - offsets[0]));
+}
+
+TEST(StdoutPublisherTest, SendsEachLineAsAStringArray) {
+  const std::string channel = "stdout-test-" + std::to_string(::getpid());
+  ASSERT_OK_AND_ASSIGN(auto publisher, StdoutPublisher::Create(channel));
+  Result<std::unique_ptr<Subscriber>> subscriber = Status::UnknownError("not connected");
+  std::thread connect([&] { subscriber = Subscriber::Connect(channel); });
+  // The publisher accepts its subscriber while it is polled.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (publisher->wait_fd() >= 0 && std::chrono::steady_clock::now() < deadline) {
+    publisher->Poll();
+    if (subscriber.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  connect.join();
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
+
+  ASSERT_OK(publisher->Send("hello"));
+  ASSERT_OK(publisher->Send(std::string_view("bad \xFF byte, caf\xC3\xA9")));
+  ASSERT_OK_AND_ASSIGN(Message first, (*subscriber)->Receive(std::chrono::seconds(5)));
+  EXPECT_EQ(LineOf(first), "hello\n");
+  ASSERT_OK_AND_ASSIGN(Message second, (*subscriber)->Receive(std::chrono::seconds(5)));
+  // Bytes that are not UTF-8 become U+FFFD; valid sequences stay.
+  EXPECT_EQ(LineOf(second), "bad \xEF\xBF\xBD byte, caf\xC3\xA9\n");
 }
 
 }  // namespace
