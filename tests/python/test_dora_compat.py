@@ -88,10 +88,15 @@ def check_same_as_dora(name, tmp_path, expected):
     reason = dora_usable()
     if reason is not None:
         pytest.skip(f"no comparison with dora-rs: {reason}")
-    directory = copy_flow(name, tmp_path / "dora")
-    result, text = dora_run(directory)
-    if result.returncode != 0 and not dora_results(text):
-        pytest.skip(f"no comparison with dora-rs: `dora run` cannot run here: {text[-800:]}")
+    # dora-rs itself sometimes drops a message on a loaded machine (seen with
+    # dora-rs 1.1 on two shared cores): up to three runs must give one match.
+    for attempt in range(3):
+        directory = copy_flow(name, tmp_path / f"dora{attempt}")
+        result, text = dora_run(directory)
+        if result.returncode != 0 and not dora_results(text):
+            pytest.skip(f"no comparison with dora-rs: `dora run` cannot run here: {text[-800:]}")
+        if dora_results(text) == expected:
+            return
     assert dora_results(text) == expected, text[-4000:]
 
 
