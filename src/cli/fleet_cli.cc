@@ -533,6 +533,11 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
                    "Largest code bundle (POST /v1/code; default 256 MiB)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 34));
   s.server_cmd
+      ->add_option("--prefetch-window-s", so.prefetch_window_s,
+                   "Agents fetch a blocked job's inputs ahead on the nodes held for it when "
+                   "its planned start is within this many seconds (0: off; default 3600)")
+      ->check(CLI::Range(0.0, 30.0 * 86400));
+  s.server_cmd
       ->add_option("--rate", so.rate_per_second,
                    "Requests per second per user (0: unlimited; default 200)")
       ->check(CLI::Range(0.0, 1e9));

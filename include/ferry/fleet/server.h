@@ -33,6 +33,10 @@ struct ServerOptions {
   // POST /v1/code only: the largest code bundle (a gzip'd tar archive),
   // kept under <data_dir>/code/<tenant id>/ (docs/fleet-staging.md#code).
   int64_t max_code_bundle_bytes = int64_t{256} << 20;
+  // Prefetch while pending (docs/fleet-staging.md): a blocked job that holds
+  // nodes (a backfill reservation planned to start within this many seconds,
+  // or a drain) has its inputs fetched ahead by those nodes' agents. 0: off.
+  double prefetch_window_s = 3600;
   double rate_per_second = 200;  // per-user token bucket (0 disables)
   double rate_burst = 400;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;

@@ -34,6 +34,12 @@ struct PendingReason {
   // it, e.g. CONSTRAINT_UNSATISFIABLE).
   int queue_position = -1;
   int ahead_in_team = -1;
+  // The nodes the cycle holds for it: a backfill reservation (planned_start_s
+  // is when it starts there) or a drain (planned_start_s is infinity: it
+  // starts once enough of the jobs there ended). Empty: no node is held for
+  // it. Agents prefetch its inputs on these nodes while it waits.
+  std::vector<std::string> planned_nodes;
+  double planned_start_s = 0;
 };
 
 }  // namespace ferry::fleet

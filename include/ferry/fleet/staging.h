@@ -227,6 +227,15 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
                                 const std::vector<StagedInput>& inputs, const std::string& dest,
                                 const StageOptions& options, const std::atomic<bool>* cancel);
 
+// Acquires every object of `inputs` in the cache for `holder`, with the
+// retries of StageInputs, and lays nothing out: a node fetching ahead for a
+// job that has not started (prefetch). The pins stay until Release(holder);
+// on failure nothing stays pinned.
+Result<StageResult> FetchInputs(ContentCache* cache, const ObjectFetcher& fetcher,
+                                const std::string& tenant, const std::string& holder,
+                                const std::vector<StagedInput>& inputs, const StageOptions& options,
+                                const std::atomic<bool>* cancel);
+
 // Removes a staged tree (making its directories writable first).
 void RemoveStagedTree(const std::string& dest);
 

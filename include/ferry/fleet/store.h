@@ -515,6 +515,14 @@ class Store {
   virtual Result<bool> NoteAttempt(int64_t job_id, int attempt, const std::string& type,
                                    const std::string& reason, const std::string& message,
                                    const std::string& actor, int64_t now_ms) = 0;
+  // An event of `type` carrying `message` from a node that works for a job
+  // ahead of its start (an agent prefetching its inputs while it is
+  // PENDING): written while `attempt` is the job's current one and the job
+  // is PENDING, ADMITTED or RUNNING (a report may arrive just after the
+  // admission). false otherwise (nothing written).
+  virtual Result<bool> NoteAhead(int64_t job_id, int attempt, const std::string& type,
+                                 const std::string& message, const std::string& actor,
+                                 int64_t now_ms) = 0;
   // Renews the lease, applies reports (fenced: reports for an attempt that is
   // not the job's current one are ignored), and says what to start and stop.
   virtual Result<SyncResult> SyncNode(const SyncRequest& request) = 0;

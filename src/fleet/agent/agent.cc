@@ -265,6 +265,29 @@ Result<TaskAssignment> ParseAssignment(const json& object) {
   return assignment;
 }
 
+Result<InputStager::PrefetchOrder> ParsePrefetchOrder(const json& object) {
+  if (!object.is_object()) return Status::Invalid("a prefetch order must be an object");
+  InputStager::PrefetchOrder order;
+  auto job = object.find("job_id");
+  auto attempt = object.find("attempt");
+  auto tenant = object.find("tenant");
+  auto inputs = object.find("inputs");
+  if (job == object.end() || !job->is_number_integer() || job->get<int64_t>() < 1 ||
+      attempt == object.end() || !attempt->is_number_integer() || attempt->get<int64_t>() < 1 ||
+      attempt->get<int64_t>() > INT32_MAX) {
+    return Status::Invalid("a prefetch order needs job_id and attempt (integers >= 1)");
+  }
+  if (tenant == object.end() || !tenant->is_string() || inputs == object.end()) {
+    return Status::Invalid("prefetch order of job " + std::to_string(job->get<int64_t>()) +
+                           ": needs tenant and inputs");
+  }
+  order.job_id = job->get<int64_t>();
+  order.attempt = static_cast<int>(attempt->get<int64_t>());
+  order.tenant = tenant->get<std::string>();
+  FERRY_ASSIGN_OR_RAISE(order.inputs, ParseStagedInputs(*inputs));
+  return order;
+}
+
 namespace {
 
 // Where the gang's tasks run, seen from one task: the nodes in order of their
@@ -733,6 +756,7 @@ class Agent {
   std::unique_ptr<LogShipper> shipper_;
   std::unique_ptr<TaskRunner> runner_;
   std::unique_ptr<agent_internal::InputStager> stager_;  // its threads call Wake()
+  std::vector<json> prefetched_;  // prefetch reports the server has not taken yet
   std::unique_ptr<agent_internal::MetricsListener> metrics_listener_;
   std::unique_ptr<agent_internal::ContainerJanitor> containers_;  // tasks in images
 };
@@ -1005,6 +1029,24 @@ void Agent::HandleSyncResponse(const json& body) {
   if (auto it = body.find("stop_grace_ms"); it != body.end() && it->is_number_integer()) {
     stop_grace_ms_ = std::max<int64_t>(0, it->get<int64_t>());
   }
+  // The full list each time (absent from an older server: none).
+  std::vector<agent_internal::InputStager::PrefetchOrder> orders;
+  if (auto prefetch = body.find("prefetch"); prefetch != body.end() && prefetch->is_array()) {
+    for (const auto& entry : *prefetch) {
+      Result<agent_internal::InputStager::PrefetchOrder> order =
+          agent_internal::ParsePrefetchOrder(entry);
+      if (!order.ok()) {
+        Warn("bad prefetch order from the server: " + order.status().message(),
+             {{"node", options_.node_name}});
+        continue;
+      }
+      orders.push_back(std::move(*order));
+    }
+  }
+  for (const auto& [job, attempt] : stager_->Prefetch(std::move(orders))) {
+    Log("fetching the inputs of job " + std::to_string(job) + " ahead (it waits for this node)",
+        {{"node", options_.node_name}, {"job_id", job}, {"attempt", attempt}});
+  }
   if (auto stop = body.find("stop"); stop != body.end() && stop->is_array()) {
     for (const auto& entry : *stop) {
       auto ref = agent_internal::ParseRef(entry);
@@ -1208,6 +1250,10 @@ Status Agent::Run() {
                         {"address", node_.address},
                         {"running", running_json},
                         {"reports", reports}};
+    // What was fetched ahead for waiting jobs; kept until a sync carrying it succeeds.
+    for (json& report : stager_->TakePrefetchReports()) prefetched_.push_back(std::move(report));
+    const size_t prefetched_sent = prefetched_.size();
+    if (!prefetched_.empty()) (*request.body)["prefetched"] = prefetched_;
     // What the node cache holds, when it changed (and after each registration).
     std::optional<json> cache_report;
     if (cache_reports_on_) cache_report = stager_->CacheReport(cache_report_due_);
@@ -1243,6 +1289,8 @@ Status Agent::Run() {
         continue;  // the reports stay queued and go with the next sync
       }
       pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sendable));
+      prefetched_.erase(prefetched_.begin(),
+                        prefetched_.begin() + static_cast<std::ptrdiff_t>(prefetched_sent));
       if (cache_report) cache_report_due_ = false;
       HandleSyncResponse(body);
       // A server with every long-poll slot taken answers at once with nothing

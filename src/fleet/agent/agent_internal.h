@@ -10,6 +10,7 @@
 
 #include "ferry/base/status.h"
 #include "ferry/fleet/store.h"
+#include "fleet/agent/input_stager.h"
 #include "fleet/agent/task_runner.h"
 
 namespace ferry::fleet::agent_internal {
@@ -32,6 +33,10 @@ struct NodeContext {
 
 // One `start` entry of a sync response. Lenient about fields it does not use.
 Result<TaskAssignment> ParseAssignment(const nlohmann::json& json);
+
+// One `prefetch` entry of a sync response (inputs to fetch ahead for a job
+// that waits); an error names what is missing or malformed.
+Result<InputStager::PrefetchOrder> ParsePrefetchOrder(const nlohmann::json& json);
 
 // argv, environment (base env, then spec env, then CUDA_VISIBLE_DEVICES,
 // FERRY_* and the rendezvous variables of PyTorch, JAX and MPI-style

@@ -232,7 +232,9 @@ std::string AgentMetrics::Render(const AgentSnapshot& snapshot) {
   cache_series("ferry_agent_cache_bytes", "gauge", "Bytes of objects in the node cache.",
                cache.bytes_used);
   cache_series("ferry_agent_cache_pinned_bytes", "gauge",
-               "Bytes of the node cache held by jobs being staged or running.", cache.bytes_pinned);
+               "Bytes of the node cache held by jobs being staged or running, or fetched ahead for "
+               "jobs that wait.",
+               cache.bytes_pinned);
   cache_series("ferry_agent_cache_quota_bytes", "gauge", "The node cache's size quota.",
                cache.quota_bytes);
   writer.Append(telemetry::ToPrometheus());

@@ -31,8 +31,12 @@ InputStager::InputStager(Options options) : options_(std::move(options)) {}
 
 InputStager::~InputStager() {
   for (auto& [key, attempt] : attempts_) attempt->cancel = true;
+  for (auto& [key, ahead] : ahead_) ahead->cancel = true;
   for (auto& [key, attempt] : attempts_) {
     if (attempt->thread.joinable()) attempt->thread.join();
+  }
+  for (auto& [key, ahead] : ahead_) {
+    if (ahead->thread.joinable()) ahead->thread.join();
   }
 }
 
@@ -382,6 +386,80 @@ std::string InputStager::StagedMessage(const Attempt& attempt) {
   if (!attempt.image.empty()) message += (message.empty() ? "" : "; ") + attempt.image;
   if (!attempt.restored.empty()) message += (message.empty() ? "" : "; ") + attempt.restored;
   return message;
+}
+
+std::vector<std::pair<int64_t, int>> InputStager::Prefetch(std::vector<PrefetchOrder> orders) {
+  std::vector<std::pair<int64_t, int>> started;
+  for (auto& [key, ahead] : ahead_) ahead->wanted = false;
+  for (PrefetchOrder& order : orders) {
+    const Key key{order.job_id, order.attempt};
+    auto it = ahead_.find(key);
+    if (it != ahead_.end()) {
+      it->second->wanted = true;
+      continue;
+    }
+    if (order.inputs.empty() || attempts_.count(key)) continue;  // nothing to do, or staging
+    auto ahead = std::make_unique<Ahead>();
+    ahead->holder =
+        "prefetch-" + std::to_string(order.job_id) + "-" + std::to_string(order.attempt);
+    ahead->order = std::move(order);
+    Ahead* raw = ahead.get();
+    ahead->thread = std::thread([this, raw] {
+      raw->result = FetchInputs(cache_.get(), *fetcher_, raw->order.tenant, raw->holder,
+                                raw->order.inputs, options_.stage, &raw->cancel);
+      raw->finished = true;
+      if (options_.wake) options_.wake();
+    });
+    ahead_.emplace(key, std::move(ahead));
+    started.push_back(key);
+  }
+  for (auto& [key, ahead] : ahead_) {
+    // Admitted here and staging: the prefetch's downloads are the staging's too.
+    if (!ahead->wanted && !attempts_.count(key)) ahead->cancel = true;
+  }
+  ReapPrefetches();
+  return started;
+}
+
+void InputStager::ReapPrefetches() {
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    Ahead& ahead = *it->second;
+    if (!ahead.joined && ahead.finished.load()) {
+      ahead.thread.join();
+      ahead.joined = true;
+      if (!ahead.cancel.load()) {
+        const PrefetchOrder& order = ahead.order;
+        std::string message =
+            ahead.result.ok()
+                ? "prefetched on " + options_.node_name +
+                      " while the job waits: " + ahead.result->Summary(order.inputs.size())
+                : "prefetch on " + options_.node_name +
+                      " failed (staging tries again when the job starts): " +
+                      ahead.result.status().message();
+        if (message.size() > 4000) message = message.substr(0, 4000) + "...";
+        prefetch_reports_.push_back(
+            {{"job_id", order.job_id}, {"attempt", order.attempt}, {"message", message}});
+      }
+    }
+    if (ahead.joined && !ahead.wanted) {
+      cache_->Release(ahead.holder);
+      it = ahead_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+std::vector<nlohmann::json> InputStager::TakePrefetchReports() {
+  ReapPrefetches();
+  std::vector<nlohmann::json> out;
+  out.swap(prefetch_reports_);
+  return out;
+}
+
+size_t InputStager::PrefetchesInFlight() const {
+  return static_cast<size_t>(std::count_if(
+      ahead_.begin(), ahead_.end(), [](const auto& entry) { return !entry.second->joined; }));
 }
 
 void InputStager::Poll(std::vector<Ready>* ready) {

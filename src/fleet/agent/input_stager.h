@@ -72,6 +72,29 @@ class InputStager {
   // launched tasks is in `running` any more.
   void Sweep(const std::vector<TaskRef>& running);
 
+  // Prefetch while pending (docs/fleet-staging.md): inputs of a job the
+  // server holds this node for, fetched into the cache before the job is
+  // admitted.
+  struct PrefetchOrder {
+    int64_t job_id = 0;
+    int attempt = 1;
+    std::string tenant;
+    std::vector<StagedInput> inputs;
+  };
+  // The server's orders for this node, all of them (every sync reply
+  // carries the full list). A new order starts fetching on a thread of its
+  // own, its objects pinned for "prefetch-<job>-<attempt>" so that eviction
+  // leaves them while the order stands. An order no longer listed is
+  // cancelled and unpinned, unless that attempt is staging here now (the
+  // fetch then runs to its end: the staging shares its downloads).
+  // Returns the orders it started (job id, attempt).
+  std::vector<std::pair<int64_t, int>> Prefetch(std::vector<PrefetchOrder> orders);
+  // One report per prefetch that ended (not cancelled): {"job_id",
+  // "attempt", "message"} for the sync's "prefetched".
+  std::vector<nlohmann::json> TakePrefetchReports();
+  // Prefetches still fetching.
+  size_t PrefetchesInFlight() const;
+
   CacheStats Stats() const { return cache_->Stats(); }
   Checkpoints* checkpoints() { return checkpoints_.get(); }
 
@@ -105,6 +128,20 @@ class InputStager {
   };
   using Key = std::pair<int64_t, int>;  // job id, attempt
 
+  struct Ahead {
+    PrefetchOrder order;
+    std::string holder;
+    bool wanted = true;  // still listed by the server
+    std::thread thread;
+    std::atomic<bool> cancel{false};
+    std::atomic<bool> finished{false};
+    Result<StageResult> result = Status::OK();
+    bool joined = false;
+  };
+  // Joins prefetches that ended (a report each unless cancelled) and drops
+  // those no longer wanted.
+  void ReapPrefetches();
+
   explicit InputStager(Options options);
   void Queue(const TaskRef& ref, TaskReport::Kind kind, std::string message);
   static std::string StagedMessage(const Attempt& attempt);
@@ -123,6 +160,8 @@ class InputStager {
   std::unique_ptr<ContentCache> cache_;
   std::unique_ptr<Checkpoints> checkpoints_;  // uses the two above
   std::map<Key, std::unique_ptr<Attempt>> attempts_;
+  std::map<Key, std::unique_ptr<Ahead>> ahead_;
+  std::vector<nlohmann::json> prefetch_reports_;
   std::vector<TaskReport> reports_;
   struct KnownInput {
     std::vector<StagedObject> objects;

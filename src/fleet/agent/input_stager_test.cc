@@ -161,5 +161,68 @@ TEST_F(InputStagerTest, StoppingTheLastWaitingTaskCancelsTheStaging) {
   EXPECT_TRUE(ready.empty());  // nothing launched for a stopped task
 }
 
+TEST_F(InputStagerTest, PrefetchFetchesAheadPinsUntilTheOrderGoesAndStagingFindsIt) {
+  const std::string content(200'000, 'p');
+  TaskAssignment a = Assignment(7, 0, content);
+  InputStager::PrefetchOrder order{7, 1, "acme", a.inputs};
+  auto started = stager_->Prefetch({order});
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0], std::make_pair(int64_t{7}, 1));
+  // Listing it again starts nothing new.
+  EXPECT_TRUE(stager_->Prefetch({order}).empty());
+  std::vector<nlohmann::json> reports;
+  for (int i = 0; i < 500 && reports.empty(); ++i) {
+    reports = stager_->TakePrefetchReports();
+    if (reports.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0]["job_id"], 7);
+  EXPECT_EQ(reports[0]["attempt"], 1);
+  const std::string message = reports[0]["message"];
+  EXPECT_NE(message.find("1 input, 1 object"), std::string::npos) << message;
+  EXPECT_NE(message.find("195.3 KiB fetched"), std::string::npos) << message;
+  EXPECT_EQ(stager_->PrefetchesInFlight(), 0u);
+  // Pinned while the server still lists the order.
+  EXPECT_EQ(stager_->Stats().bytes_pinned, static_cast<int64_t>(content.size()));
+  EXPECT_TRUE(stager_->Prefetch({order}).empty());
+  EXPECT_EQ(stager_->Stats().bytes_pinned, static_cast<int64_t>(content.size()));
+  // The job is admitted here: the order goes, the staging finds everything cached.
+  stager_->Prefetch({});
+  EXPECT_EQ(stager_->Stats().bytes_pinned, 0);
+  std::vector<InputStager::Ready> ready;
+  stager_->Offer(a, &ready);
+  ready = WaitReady(1);
+  ASSERT_EQ(ready.size(), 1u);
+  bool staged = false;
+  for (const TaskReport& r : stager_->TakeReports()) {
+    if (r.kind != TaskReport::Kind::kStaged) continue;
+    staged = true;
+    EXPECT_NE(r.message.find("0 B fetched"), std::string::npos) << r.message;
+  }
+  EXPECT_TRUE(staged);
+  EXPECT_EQ(stager_->Stats().bytes_fetched, static_cast<int64_t>(content.size()));
+  EXPECT_TRUE(stager_->TakePrefetchReports().empty());
+}
+
+TEST_F(InputStagerTest, AFailedPrefetchIsReportedAndLeavesNothingPinned) {
+  TaskAssignment a = Assignment(8, 0, "real bytes");
+  a.inputs[0].objects[0].sha256 = std::string(64, '0');  // what the source does not hold
+  stager_->Prefetch({{8, 2, "acme", a.inputs}});
+  std::vector<nlohmann::json> reports;
+  for (int i = 0; i < 500 && reports.empty(); ++i) {
+    reports = stager_->TakePrefetchReports();
+    if (reports.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(reports.size(), 1u);
+  const std::string message = reports[0]["message"];
+  EXPECT_NE(message.find("failed (staging tries again when the job starts)"), std::string::npos)
+      << message;
+  EXPECT_EQ(stager_->Stats().bytes_pinned, 0);
+  // Not tried again while the order stands; gone with it.
+  EXPECT_TRUE(stager_->Prefetch({{8, 2, "acme", a.inputs}}).empty());
+  stager_->Prefetch({});
+  EXPECT_EQ(stager_->PrefetchesInFlight(), 0u);
+}
+
 }  // namespace
 }  // namespace ferry::fleet::agent_internal

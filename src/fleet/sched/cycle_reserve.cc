@@ -110,11 +110,13 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
   const int id = static_cast<int>(reservations_.size());
   int64_t remaining = s.tasks;
   int used = 0;
+  std::vector<std::string> planned;
   for (const DomainCandidate& c : candidates) {
     if (remaining == 0) break;
     int64_t k = std::min(c.cap, remaining);
     IndexedNode& node = nodes_[static_cast<size_t>(c.node)];
     node.reservation = id;
+    planned.push_back(node.info->name);
     node.spare_gpus = c.f.gpus - k * s.gpus;
     node.spare_cpus = c.f.cpus - static_cast<double>(k) * s.cpus;
     node.spare_memory = c.f.memory - k * s.memory_mb;
@@ -124,9 +126,11 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
   reservations_.push_back(
       {snap_.pending[static_cast<size_t>(index)].job_id, best_start, best_model});
   reservation_of_job_[static_cast<size_t>(index)] = id;
-  ReasonOf(static_cast<size_t>(index)).message +=
-      "; reserved to start at t=" + FormatNumber(best_start) + " on " + std::to_string(used) +
-      " node(s)";
+  PendingReason& reason = ReasonOf(static_cast<size_t>(index));
+  reason.message += "; reserved to start at t=" + FormatNumber(best_start) + " on " +
+                    std::to_string(used) + " node(s)";
+  reason.planned_nodes = std::move(planned);
+  reason.planned_start_s = best_start;
 }
 
 CycleRun::NoStart CycleRun::WhyNoStart(const JobInfo& job, const std::vector<int>& models) {
@@ -317,11 +321,13 @@ void CycleRun::Drain(int index, const JobInfo& job, const std::vector<int>& mode
     const int id = static_cast<int>(reservations_.size());
     int64_t remaining = s.tasks;
     int used = 0;
+    std::vector<std::string> planned;
     for (const DomainCandidate& c : candidates) {
       if (remaining == 0) break;
       const int64_t k = std::min(c.eventual, remaining);
       IndexedNode& node = nodes_[static_cast<size_t>(c.node)];
       node.reservation = id;
+      planned.push_back(node.info->name);
       node.spare_gpus = c.room.gpus - k * s.gpus;
       node.spare_cpus = c.room.cpus - static_cast<double>(k) * s.cpus;
       node.spare_memory = c.room.memory - k * s.memory_mb;
@@ -331,10 +337,13 @@ void CycleRun::Drain(int index, const JobInfo& job, const std::vector<int>& mode
     reservations_.push_back({snap_.pending[static_cast<size_t>(index)].job_id,
                              std::numeric_limits<double>::infinity(), m});
     reservation_of_job_[static_cast<size_t>(index)] = id;
-    ReasonOf(static_cast<size_t>(index)).message +=
+    PendingReason& reason = ReasonOf(static_cast<size_t>(index));
+    reason.message +=
         "; no start can be planned (jobs without a max runtime hold the capacity it needs): "
         "draining " +
         std::to_string(used) + " node(s) for it";
+    reason.planned_nodes = std::move(planned);
+    reason.planned_start_s = std::numeric_limits<double>::infinity();
     return;
   }
   ReasonOf(static_cast<size_t>(index)).message +=

@@ -327,6 +327,20 @@ void Expect(const std::string& where, const World& world, const Decision& d,
     EXPECT_NE(messages[job].find(m.second.as<std::string>()), std::string::npos)
         << "message of job " << job << ": " << messages[job];
   }
+  // planned: {job: [nodes]}: the nodes held for blocked jobs (any order),
+  // checked only where a scenario states it ({} expects none).
+  if (expect["planned"]) {
+    std::map<int64_t, std::set<std::string>> want_planned, got_planned;
+    for (const auto& p : expect["planned"]) {
+      const std::vector<std::string> nodes = Strings(p.second);
+      want_planned[p.first.as<int64_t>()] = {nodes.begin(), nodes.end()};
+    }
+    for (const PendingReason& r : d.pending) {
+      if (!r.planned_nodes.empty())
+        got_planned[r.job_id] = {r.planned_nodes.begin(), r.planned_nodes.end()};
+    }
+    EXPECT_EQ(got_planned, want_planned) << "nodes held for blocked jobs";
+  }
   if (auto s = expect["stats"]) {
     if (s["backfilled"]) EXPECT_EQ(d.stats.backfilled, s["backfilled"].as<int>());
     if (s["preempted"]) EXPECT_EQ(d.stats.preempted, s["preempted"].as<int>());

@@ -44,8 +44,15 @@ void FleetServer::AddRendezvous(TaskAssignment* assignment) {
 }
 
 Status FleetServer::AddInputs(TaskAssignment* assignment, DatasetCache* cache) {
-  assignment->inputs.clear();
-  for (const JobInput& input : assignment->spec.inputs) {
+  FERRY_ASSIGN_OR_RAISE(assignment->inputs, InputsOf(assignment->ref.job_id, assignment->tenant_id,
+                                                     assignment->spec, cache));
+  return Status::OK();
+}
+
+Result<std::vector<StagedInput>> FleetServer::InputsOf(int64_t job_id, int64_t tenant_id,
+                                                       const JobSpec& spec, DatasetCache* cache) {
+  std::vector<StagedInput> out;
+  for (const JobInput& input : spec.inputs) {
     StagedInput staged;
     staged.name = input.name;
     staged.digest = input.dataset.empty() ? "sha256:" + input.sha256 : input.manifest_digest;
@@ -55,11 +62,11 @@ Status FleetServer::AddInputs(TaskAssignment* assignment, DatasetCache* cache) {
       staged.objects.push_back({input.uri.substr(slash == std::string::npos ? 0 : slash + 1),
                                 input.uri, input.size, input.sha256});
     } else {
-      const auto key = std::make_tuple(assignment->tenant_id, input.dataset, input.version);
+      const auto key = std::make_tuple(tenant_id, input.dataset, input.version);
       auto it = cache->find(key);
       if (it == cache->end()) {
         Result<std::optional<DatasetVersion>> version = store_->GetDatasetVersion(
-            assignment->tenant_id, input.dataset, input.version, /*with_objects=*/true);
+            tenant_id, input.dataset, input.version, /*with_objects=*/true);
         if (!version.ok()) return version.status();
         it = cache->emplace(key, std::move(*version)).first;
       }
@@ -71,14 +78,14 @@ Status FleetServer::AddInputs(TaskAssignment* assignment, DatasetCache* cache) {
       } else {
         // Versions are never deleted; the agent refuses an input without
         // objects and reports the task's staging as failed.
-        LogError("job " + std::to_string(assignment->ref.job_id) + " input " + input.name,
+        LogError("job " + std::to_string(job_id) + " input " + input.name,
                  Status::Invalid("dataset " + input.dataset + " version " +
                                  std::to_string(input.version) + " is gone"));
       }
     }
-    assignment->inputs.push_back(std::move(staged));
+    out.push_back(std::move(staged));
   }
-  return Status::OK();
+  return out;
 }
 
 void FleetServer::AgentRegister(Call& c) {
@@ -120,7 +127,8 @@ void FleetServer::AgentSync(Call& c) {
   std::optional<std::string> address = ParseAdvertisedAddress(*body, &errors);
   std::optional<NodeCache> cache;
   const bool cache_ok = ParseCacheReport(*body, NowMs(), &cache, &errors);
-  if (!request || !address || !cache_ok) return SendValidation(c, errors);
+  std::optional<std::vector<PrefetchReport>> prefetched = ParsePrefetchReports(*body, &errors);
+  if (!request || !address || !cache_ok || !prefetched) return SendValidation(c, errors);
   request->lease_ms = options_.lease_ms;
   RememberAddress(request->node, *address);
 
@@ -135,6 +143,15 @@ void FleetServer::AgentSync(Call& c) {
   // Only the registered instance speaks for the node's cache.
   if (cache && result->registered) {
     caches_.Report(request->node, request->instance, std::move(*cache));
+  }
+  if (result->registered) {
+    for (const PrefetchReport& report : *prefetched) {
+      // Fenced like the reports: only the job's current attempt, while it waits or runs.
+      Result<bool> noted = store_->NoteAhead(report.job_id, report.attempt, "prefetched",
+                                             report.message, "agent:" + request->node, NowMs());
+      if (!noted.ok()) return SendStoreError(c, noted.status());
+    }
+    if (!prefetched->empty()) WakeLogWaiters();
   }
 
   if (!request->reports.empty()) {
@@ -191,12 +208,26 @@ void FleetServer::AgentSync(Call& c) {
   }
   json stop = json::array();
   for (const TaskRef& ref : result->stop) stop.push_back(TaskRefJson(ref));
+  // Every order for the node, each time: the agent fetches what is new and
+  // drops what is gone (prefetch_plans.h).
+  json prefetch = json::array();
+  if (result->registered) {
+    for (const PrefetchOrder& order : prefetch_.For(request->node)) {
+      json inputs = json::array();
+      for (const StagedInput& input : order.inputs) inputs.push_back(ToJson(input));
+      prefetch.push_back({{"job_id", order.job_id},
+                          {"attempt", order.attempt},
+                          {"tenant", order.tenant},
+                          {"inputs", std::move(inputs)}});
+    }
+  }
   SendJson(c, 200,
            {{"registered", result->registered},
             {"lease_expires_at_ms", result->lease_expires_at_ms},
             {"stop_grace_ms", result->stop_grace_ms.value_or(options_.stop_grace_ms)},
             {"start", std::move(start)},
-            {"stop", std::move(stop)}});
+            {"stop", std::move(stop)},
+            {"prefetch", std::move(prefetch)}});
 }
 
 void FleetServer::AgentLogs(Call& c) {

@@ -63,6 +63,7 @@
 #include "fleet/server/api_tokens.h"
 #include "fleet/server/in_flight_keys.h"
 #include "fleet/server/node_caches.h"
+#include "fleet/server/prefetch_plans.h"
 #include "fleet/server/provisioning.h"
 #include "fleet/server/rate_limiter.h"
 #include "fleet/server/registry.h"
@@ -388,6 +389,14 @@ class FleetServer {
   using DatasetCache =
       std::map<std::tuple<int64_t, std::string, int64_t>, std::optional<DatasetVersion>>;
   Status AddInputs(TaskAssignment* assignment, DatasetCache* cache);
+  // The same for any job: its spec's inputs with every object to fetch.
+  Result<std::vector<StagedInput>> InputsOf(int64_t job_id, int64_t tenant_id, const JobSpec& spec,
+                                            DatasetCache* cache);
+  // After a cycle (scheduler thread): the inputs of blocked jobs that hold
+  // nodes (reservations, drains) whose start is within
+  // options_.prefetch_window_s, for those nodes' agents to fetch ahead
+  // (prefetch_plans.h); wakes the agents whose orders changed.
+  void PlanPrefetches(const sched::Decision& decision, const sched::Snapshot& snapshot);
 
   const ServerOptions options_;
   std::unique_ptr<Store> store_;
@@ -434,6 +443,8 @@ class FleetServer {
   std::map<std::string, std::string> node_addresses_;
   // Each node's latest input cache report (node_caches.h), also not stored.
   NodeCaches caches_;
+  // What each node's agent fetches ahead for jobs still waiting (not stored either).
+  PrefetchPlans prefetch_;
 
   std::mutex log_mu_;
   std::condition_variable log_cv_;

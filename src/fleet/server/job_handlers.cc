@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -153,6 +154,10 @@ json FleetServer::Explanation(const Job& job) {
       {"queue_position", found->queue_position >= 0 ? json(found->queue_position) : json(nullptr)},
       {"jobs_ahead_in_team",
        found->ahead_in_team >= 0 ? json(found->ahead_in_team) : json(nullptr)},
+      {"held_nodes", found->planned_nodes},
+      {"planned_start", !found->planned_nodes.empty() && std::isfinite(found->planned_start_s)
+                            ? TimestampJson(std::llround(found->planned_start_s * 1000.0))
+                            : json(nullptr)},
       {"as_of", TimestampJson(at_ms)}};
 }
 

@@ -228,7 +228,7 @@ std::optional<NodeRegistration> ParseNodeRegistration(const json& body,
 std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors) {
   return ParseBody<SyncRequest>(
-      body, {"node", "instance", "running", "reports", "address", "cache"}, errors,
+      body, {"node", "instance", "running", "reports", "address", "cache", "prefetched"}, errors,
       [&](FieldReader& reader, SyncRequest& out) {
         out.now_ms = now_ms;
         out.node = reader.Name("node", true).value_or("");
@@ -286,6 +286,31 @@ std::optional<SyncRequest> ParseSyncRequest(const json& body, int64_t now_ms,
           out.reports.push_back(std::move(report));
         }
       });
+}
+
+std::optional<std::vector<PrefetchReport>> ParsePrefetchReports(const json& body,
+                                                                std::vector<FieldError>* errors) {
+  std::vector<PrefetchReport> out;
+  auto it = body.find("prefetched");
+  if (it == body.end() || it->is_null()) return out;
+  const size_t before = errors->size();
+  if (!it->is_array() || it->size() > 256) {
+    errors->push_back({"prefetched", "must be an array of at most 256 objects"});
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const std::string field = "prefetched[" + std::to_string(i) + "]";
+    if (!CheckObject((*it)[i], field, errors)) continue;
+    FieldReader reader((*it)[i], field + ".", errors);
+    reader.RejectUnknown({"job_id", "attempt", "message"});
+    PrefetchReport report;
+    report.job_id = reader.Int("job_id", true, 1, INT64_MAX).value_or(0);
+    report.attempt = static_cast<int>(reader.Int("attempt", true, 1, INT32_MAX).value_or(0));
+    report.message = reader.String("message", true, 1, 4096).value_or("");
+    out.push_back(std::move(report));
+  }
+  if (errors->size() != before) return std::nullopt;
+  return out;
 }
 
 std::optional<AgentLogUpload> ParseAgentLogUpload(const json& body,

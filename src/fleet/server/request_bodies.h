@@ -25,6 +25,14 @@ struct AgentLogUpload {
   std::string data;
 };
 
+// What an agent did ahead of a job's start (POST /v1/agent/sync,
+// "prefetched"): recorded as the job's `prefetched` event.
+struct PrefetchReport {
+  int64_t job_id = 0;
+  int attempt = 0;
+  std::string message;  // "2 inputs, 3 objects, 1.2 GiB: ..." or why it failed
+};
+
 struct CreateUserRequest {
   std::string tenant;
   std::string team;
@@ -66,6 +74,12 @@ std::optional<std::string> ParseAdvertisedAddress(const nlohmann::json& body,
 // (tenant, digest) twice. Inputs with 0 bytes are dropped.
 bool ParseCacheReport(const nlohmann::json& body, int64_t now_ms, std::optional<NodeCache>* cache,
                       std::vector<FieldError>* errors);
+
+// The optional "prefetched" of a sync body: at most 256 reports, each with
+// job_id >= 1, attempt >= 1 and a message of 1 to 4096 characters. nullopt,
+// with field errors, when one breaks a rule; empty when absent or null.
+std::optional<std::vector<PrefetchReport>> ParsePrefetchReports(const nlohmann::json& body,
+                                                                std::vector<FieldError>* errors);
 
 std::optional<SyncRequest> ParseSyncRequest(const nlohmann::json& body, int64_t now_ms,
                                             std::vector<FieldError>* errors);

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fleet/server/clock.h"
@@ -63,6 +66,7 @@ Status FleetServer::SchedulingPass() {
   FERRY_ASSIGN_OR_RAISE(CommitResult commit,
                         store_->CommitPlacements(decision.placements, changed, NowMs()));
   written_reasons_ = std::move(reasons);  // jobs no longer pending drop out
+  PlanPrefetches(decision, snapshot);     // before decision.pending moves out below
   std::sort(decision.pending.begin(), decision.pending.end(),
             [](const PendingReason& a, const PendingReason& b) { return a.job_id < b.job_id; });
   {
@@ -88,6 +92,42 @@ Status FleetServer::SchedulingPass() {
   WakeNodes(nodes);
   WakeLogWaiters();
   return Status::OK();
+}
+
+void FleetServer::PlanPrefetches(const sched::Decision& decision, const sched::Snapshot& snapshot) {
+  std::map<std::string, std::vector<PrefetchOrder>> plan;
+  if (options_.prefetch_window_s > 0) {
+    std::unordered_map<int64_t, const sched::PendingJob*> pending;
+    for (const sched::PendingJob& job : snapshot.pending) pending[job.job_id] = &job;
+    DatasetCache datasets;
+    for (const PendingReason& reason : decision.pending) {
+      if (reason.planned_nodes.empty()) continue;
+      // A drain has no planned start: the nodes are held for the job all the same.
+      if (std::isfinite(reason.planned_start_s) &&
+          reason.planned_start_s - snapshot.now_s > options_.prefetch_window_s) {
+        continue;
+      }
+      auto it = pending.find(reason.job_id);
+      if (it == pending.end() || it->second->input_digests.empty()) continue;
+      const int attempt = it->second->attempt;
+      std::optional<PrefetchOrder> order = prefetch_.Find(reason.job_id, attempt);
+      if (!order) {
+        Result<std::optional<Job>> job = store_->GetJob(Scope::All(), reason.job_id);
+        if (!job.ok() || !*job) continue;  // gone meanwhile; a store error shows elsewhere
+        Result<std::vector<StagedInput>> inputs =
+            InputsOf((*job)->id, (*job)->tenant_id, (*job)->spec, &datasets);
+        if (!inputs.ok()) {
+          LogError("planning the prefetch of job " + std::to_string(reason.job_id),
+                   inputs.status());
+          continue;
+        }
+        order = PrefetchOrder{reason.job_id, attempt, (*job)->tenant, std::move(*inputs)};
+      }
+      for (const std::string& node : reason.planned_nodes) plan[node].push_back(*order);
+    }
+  }
+  std::set<std::string> changed = prefetch_.Replace(std::move(plan));
+  if (!changed.empty()) WakeNodes(changed);
 }
 
 void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preemptions,

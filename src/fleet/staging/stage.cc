@@ -129,10 +129,15 @@ void RemoveStagedTree(const std::string& dest) {
   staging_internal::RemoveTree(dest);
 }
 
-Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetcher,
-                                const std::string& tenant, const std::string& holder,
-                                const std::vector<StagedInput>& inputs, const std::string& dest,
-                                const StageOptions& options, const std::atomic<bool>* cancel) {
+namespace {
+
+// Both of the above: every object acquired (pinned for `holder`), and, when
+// `dest` is not empty, laid out there.
+Result<StageResult> AcquireInputs(ContentCache* cache, const ObjectFetcher& fetcher,
+                                  const std::string& tenant, const std::string& holder,
+                                  const std::vector<StagedInput>& inputs, const std::string& dest,
+                                  const StageOptions& options, const std::atomic<bool>* cancel) {
+  const bool lay_out = !dest.empty();
   const auto started = std::chrono::steady_clock::now();
   struct Work {
     const StagedInput* input;
@@ -151,18 +156,20 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
       work.push_back({&input, &object});
     }
   }
-  RemoveStagedTree(dest);
-  const size_t parent = dest.rfind('/');
-  if (parent != std::string::npos && parent > 0) {
-    FERRY_RETURN_NOT_OK(staging_internal::MakeDirs(dest.substr(0, parent)));
-  }
-  if (mkdir(dest.c_str(), 0755) != 0) {
-    return Status::IOError("cannot create " + dest + ": " + std::strerror(errno));
-  }
-  for (const StagedInput& input : inputs) {
-    const std::string dir = dest + "/" + input.name;
-    if (mkdir(dir.c_str(), 0755) != 0) {
-      return Status::IOError("cannot create " + dir + ": " + std::strerror(errno));
+  if (lay_out) {
+    RemoveStagedTree(dest);
+    const size_t parent = dest.rfind('/');
+    if (parent != std::string::npos && parent > 0) {
+      FERRY_RETURN_NOT_OK(staging_internal::MakeDirs(dest.substr(0, parent)));
+    }
+    if (mkdir(dest.c_str(), 0755) != 0) {
+      return Status::IOError("cannot create " + dest + ": " + std::strerror(errno));
+    }
+    for (const StagedInput& input : inputs) {
+      const std::string dir = dest + "/" + input.name;
+      if (mkdir(dir.c_str(), 0755) != 0) {
+        return Status::IOError("cannot create " + dir + ": " + std::strerror(errno));
+      }
     }
   }
 
@@ -210,6 +217,14 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
         }
         return;
       }
+      if (!lay_out) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++result.objects;
+        result.bytes += acquired->size;
+        result.bytes_fetched += acquired->fetched;
+        if (acquired->hit) result.bytes_from_cache += acquired->size;
+        continue;
+      }
       const std::string target = dest + "/" + w.input->name + "/" + w.object->path;
       Status made;
       {
@@ -252,14 +267,31 @@ Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetche
   for (std::thread& t : pool) t.join();
   if (!failure.ok()) {
     cache->Release(holder);
-    RemoveStagedTree(dest);
+    if (lay_out) RemoveStagedTree(dest);
     return failure;
   }
-  ChmodTree(dest, 0555);
+  if (lay_out) ChmodTree(dest, 0555);
   result.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::steady_clock::now() - started)
                            .count();
   return result;
+}
+
+}  // namespace
+
+Result<StageResult> StageInputs(ContentCache* cache, const ObjectFetcher& fetcher,
+                                const std::string& tenant, const std::string& holder,
+                                const std::vector<StagedInput>& inputs, const std::string& dest,
+                                const StageOptions& options, const std::atomic<bool>* cancel) {
+  if (dest.empty()) return Status::Invalid("no directory to stage the inputs in");
+  return AcquireInputs(cache, fetcher, tenant, holder, inputs, dest, options, cancel);
+}
+
+Result<StageResult> FetchInputs(ContentCache* cache, const ObjectFetcher& fetcher,
+                                const std::string& tenant, const std::string& holder,
+                                const std::vector<StagedInput>& inputs, const StageOptions& options,
+                                const std::atomic<bool>* cancel) {
+  return AcquireInputs(cache, fetcher, tenant, holder, inputs, "", options, cancel);
 }
 
 }  // namespace ferry::fleet

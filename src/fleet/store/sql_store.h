@@ -280,6 +280,9 @@ class SqlStore final : public Store {
   Result<bool> NoteAttempt(int64_t job_id, int attempt, const std::string& type,
                            const std::string& reason, const std::string& message,
                            const std::string& actor, int64_t now_ms) override;
+  Result<bool> NoteAhead(int64_t job_id, int attempt, const std::string& type,
+                         const std::string& message, const std::string& actor,
+                         int64_t now_ms) override;
 
   Result<SyncResult> SyncNode(const SyncRequest& request) override;
 

@@ -262,6 +262,23 @@ Result<bool> SqlStore::NoteAttempt(int64_t job_id, int attempt, const std::strin
   return live;
 }
 
+Result<bool> SqlStore::NoteAhead(int64_t job_id, int attempt, const std::string& type,
+                                 const std::string& message, const std::string& actor,
+                                 int64_t now_ms) {
+  bool written = false;
+  FERRY_RETURN_NOT_OK(Run(true, [&](Connection& c) -> Status {
+    FERRY_ASSIGN_OR_RAISE(
+        Rows job, c.Query("SELECT state, attempt FROM jobs WHERE id = ?" + ForUpdate(), {job_id}));
+    written = false;
+    if (job.empty() || job[0].Int(1) != attempt) return Status::OK();
+    auto state = ParseJobState(job[0].Text(0));
+    if (!state || (*state != JobState::kPending && !IsLive(*state))) return Status::OK();
+    written = true;
+    return AddEvent(c, job_id, now_ms, type, std::nullopt, "", message, actor);
+  }));
+  return written;
+}
+
 Result<bool> SqlStore::JobVisible(Connection& c, const Scope& scope, int64_t job_id) {
   FERRY_ASSIGN_OR_RAISE(Rows rows, c.Query("SELECT tenant_id FROM jobs WHERE id = ?", {job_id}));
   return !rows.empty() && (!scope.tenant_id || rows[0].Int(0) == *scope.tenant_id);

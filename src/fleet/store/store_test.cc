@@ -1166,6 +1166,37 @@ TEST_P(StoreTest, NotesOnLiveAttemptsSetReasonsOnce) {
   EXPECT_FALSE(live);
 }
 
+TEST_P(StoreTest, NotesAheadOfAStartWhilePendingOrLiveOnly) {
+  Principal ana = User("acme", "ml", "ana");
+  Register("n1", 4);
+  Job job = Submit(ana, Spec("prefetched", 1, 1));
+  // PENDING: an agent prefetching for it may say so.
+  ASSERT_OK_AND_ASSIGN(bool written,
+                       store_->NoteAhead(job.id, 1, "prefetched", "2 inputs", "agent:n1", 2100));
+  EXPECT_TRUE(written);
+  // Not its attempt: nothing written.
+  ASSERT_OK_AND_ASSIGN(written,
+                       store_->NoteAhead(job.id, 2, "prefetched", "stale", "agent:n1", 2150));
+  EXPECT_FALSE(written);
+  ASSERT_EQ(Place(job, {"n1"}).admitted.size(), 1u);
+  // ADMITTED: a report that arrives just after the admission still counts.
+  ASSERT_OK_AND_ASSIGN(written,
+                       store_->NoteAhead(job.id, 1, "prefetched", "late", "agent:n1", 2200));
+  EXPECT_TRUE(written);
+  // Unknown job: nothing written.
+  ASSERT_OK_AND_ASSIGN(written,
+                       store_->NoteAhead(job.id + 100, 1, "prefetched", "x", "agent:n1", 2250));
+  EXPECT_FALSE(written);
+  ASSERT_OK_AND_ASSIGN(auto events, store_->ListEvents(Scope::All(), job.id, 0, 100));
+  std::vector<std::string> notes;
+  for (const JobEvent& e : *events) {
+    if (e.type == "prefetched") notes.push_back(e.actor + ": " + e.message);
+  }
+  EXPECT_EQ(notes, (std::vector<std::string>{"agent:n1: 2 inputs", "agent:n1: late"}));
+  Job got = Get(job.id);
+  EXPECT_EQ(got.state, JobState::kAdmitted);
+}
+
 TEST_P(StoreTest, LeaseExpiryRequeuesThenHitsTheRetryLimit) {
   Principal ana = User("acme", "ml", "ana");
   Register("gpu-a", 1, "i1", 1000);  // lease until 11 000
