@@ -3,6 +3,7 @@
 //   ferry check FILE [--allow-cycles]
 //   ferry stop RUN_ID [--timeout S]
 //   ferry ps [--json]        (alias: ferry list; the dataflows running here)
+//   ferry graph FILE [--format mermaid|html] [-o OUT]   (docs/dataflow-tools.md)
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/dataflow_graph.h"
 #include "cli/fleet_cli.h"
 #include "cli/sim_cli.h"
 #include "ferry/flow/dataflow.h"
@@ -154,7 +156,7 @@ int Main(int argc, char** argv) {
   }
 
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop) and a GPU job platform "
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph) and a GPU job platform "
       "(server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
@@ -197,6 +199,19 @@ int Main(int argc, char** argv) {
   CLI::App* ps = app.add_subcommand("ps", "List the dataflows running on this machine");
   ps->alias("list");
   ps->add_flag("--json", ps_json, "Print the daemons' descriptions as JSON");
+
+  ferry::cli::GraphCommandOptions graph_options;
+  CLI::App* graph =
+      app.add_subcommand("graph", "Draw a dataflow's graph as Mermaid text or an HTML page");
+  graph->add_option("file", graph_options.file, "The dataflow descriptor (dataflow.yml)")
+      ->required();
+  graph
+      ->add_option("--format", graph_options.format,
+                   "mermaid (default) or html (the default when -o ends in .html)")
+      ->check(CLI::IsMember({"mermaid", "html"}));
+  graph->add_option("-o,--output", graph_options.output, "Write to this file (default stdout)");
+  graph->add_flag("--allow-cycles", graph_options.allow_cycles,
+                  "Accept feedback loops between nodes");
 
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
@@ -242,6 +257,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (ps->parsed()) return ListRuns(ps_json);
+  if (graph->parsed()) return ferry::cli::RunGraphCommand(graph_options, std::cout, std::cerr);
   if (stop->parsed()) {
     auto status = ferry::flow::daemon::StopDataflow(
         run_id, std::chrono::milliseconds(static_cast<int64_t>(stop_timeout_s * 1000)));
