@@ -699,7 +699,8 @@ FleetCommands::FleetCommands(CLI::App& app) : state_(std::make_unique<State>()) 
   s.AddConnection(s.status_cmd);
   s.status_cmd->add_option("id", s.job_id, "Job id")->required();
 
-  s.logs_cmd = app.add_subcommand("logs", "Print a job's output");
+  s.logs_cmd = app.add_subcommand(
+      "logs", "Print a job's output (`ferry logs RUN_ID [NODE]`: a dataflow's logs)");
   s.AddConnection(s.logs_cmd);
   s.logs_cmd->add_option("id", s.job_id, "Job id")->required();
   s.logs_cmd->add_flag("-f,--follow", s.follow, "Keep printing until the job has finished");

@@ -4,6 +4,7 @@
 //   ferry stop RUN_ID [--timeout S]
 //   ferry ps [--json]        (alias: ferry list; the dataflows running here)
 //   ferry graph FILE [--format mermaid|html] [-o OUT]   (docs/dataflow-tools.md)
+//   ferry logs RUN_ID [NODE] [-f] [--log-dir D]   (`ferry logs JOB_ID`: the fleet's)
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "cli/dataflow_graph.h"
+#include "cli/dataflow_logs.h"
 #include "cli/fleet_cli.h"
 #include "cli/sim_cli.h"
 #include "ferry/flow/dataflow.h"
@@ -155,9 +157,17 @@ int Main(int argc, char** argv) {
     return ferry::flow::RunOperatorRuntime(argc - 1, argv + 1);
   }
 
+  // `ferry logs` serves dataflows and fleet jobs; dataflow_logs.h has the rule.
+  if (argc >= 2 && std::string(argv[1]) == "logs") {
+    std::vector<std::string> rest(argv + 2, argv + argc);
+    if (ferry::cli::IsDataflowLogsRequest(rest)) {
+      return ferry::cli::RunDataflowLogsCommandLine(rest, std::cout, std::cerr);
+    }
+  }
+
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph) and a GPU job platform "
-      "(server, agent, submit, jobs, ...)",
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs) and a GPU job "
+      "platform (server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");

@@ -1,11 +1,16 @@
 """The dataflow tools through the real `ferry` binary: `ferry graph` (Mermaid
-and HTML)."""
+and HTML) and `ferry logs` (a running and a finished dataflow, and the fleet
+job path that shares the command name)."""
 
 import html.parser
 import re
 import subprocess
 import textwrap
+import time
+import uuid
 import xml.etree.ElementTree as ET
+
+import pytest
 
 from test_dataflow import FERRY, REPO, environment, pytestmark  # noqa: F401 (the same skip)
 
@@ -173,3 +178,141 @@ def test_graph_bad_input_is_a_clear_error(tmp_path):
     assert wrong.returncode == 2 and "svg" in wrong.stderr
     unwritable = ferry("graph", "dataflow.yml", "-o", "no/such/dir/g.html", cwd=tmp_path)
     assert unwritable.returncode == 1 and "cannot write 'no/such/dir/g.html'" in unwritable.stderr
+
+
+# ---- ferry logs
+
+CHATTY = """\
+    import sys
+    from ferry.flow import Node
+
+    with Node() as node:
+        count = 0
+        for event in node:
+            if event["type"] == "INPUT":
+                count += 1
+                print(f"{node.id} line {count}", flush=True)
+                if count == 3:
+                    print(f"{node.id} to stderr", file=sys.stderr, flush=True)
+    """
+
+
+def start_run(tmp_path, name, *extra):
+    return subprocess.Popen([FERRY, "run", "--name", name, *extra, "dataflow.yml"], cwd=tmp_path,
+                            env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def wait_for(predicate, process, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def chatty_flow(tmp_path):
+    write(tmp_path, "chatty.py", CHATTY)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: alpha
+            path: chatty.py
+            inputs: {tick: ferry/timer/millis/20}
+          - id: beta
+            path: chatty.py
+            inputs: {tick: ferry/timer/millis/30}
+        """)
+    return tmp_path
+
+
+def test_logs_of_a_running_and_a_finished_dataflow(chatty_flow, tmp_path):
+    name = f"logs-{uuid.uuid4().hex[:8]}"
+    logs = tmp_path / "elsewhere"
+    run = start_run(chatty_flow, name, "--log-dir", str(logs))
+    try:
+        wait_for(lambda: (logs / "beta.log").exists() and "beta line 4" in
+                 (logs / "beta.log").read_text(), run)
+        # The daemon says where its logs are: any directory works.
+        one = ferry("logs", name, "alpha", cwd=REPO)
+        assert one.returncode == 0, one.stderr
+        lines = one.stdout.splitlines()
+        assert "alpha line 1" in lines and "alpha line 3" in lines
+        assert "alpha to stderr" in lines
+        assert not any(line.startswith("[alpha]") for line in lines), lines
+        every = ferry("logs", name, cwd=REPO)
+        assert every.returncode == 0, every.stderr
+        assert "[alpha] alpha line 1" in every.stdout.splitlines()
+        assert "[beta] beta line 1" in every.stdout.splitlines()
+        # alpha's lines come before beta's: the dataflow's order.
+        assert every.stdout.index("[alpha]") < every.stdout.index("[beta]")
+
+        unknown = ferry("logs", name, "gamma")
+        assert unknown.returncode == 1
+        assert "no node 'gamma'" in unknown.stderr and "alpha, beta" in unknown.stderr
+
+        # --follow prints what comes and returns when the run ends.
+        follow = subprocess.Popen([FERRY, "logs", name, "beta", "--follow"], cwd=REPO,
+                                  env=environment(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert follow.poll() is None, follow.communicate()
+        stop = ferry("stop", name)
+        assert stop.returncode == 0, stop.stderr
+        out, err = follow.communicate(timeout=30)
+        assert follow.returncode == 0, err
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    final = (logs / "beta.log").read_text()
+    assert out == final, (out, final)
+    assert "[ferry] exited" in out  # the daemon's note about the end is in the log
+
+    # Finished: --log-dir finds it; without, .ferry/logs/<run> under the current directory.
+    finished = ferry("logs", name, "--log-dir", str(logs))
+    assert finished.returncode == 0, finished.stderr
+    assert "[alpha] alpha line 1" in finished.stdout and "[beta] beta line 1" in finished.stdout
+    gone = ferry("logs", name)
+    assert gone.returncode == 1
+    assert f"no dataflow '{name}' is running here" in gone.stderr and "--log-dir" in gone.stderr
+
+
+def test_logs_default_log_directory_and_df_run_ids(chatty_flow):
+    tmp_path = chatty_flow
+    run = start_run(tmp_path, "df-12345-abcd")
+    try:
+        wait_for(lambda: (tmp_path / ".ferry/logs/df-12345-abcd/alpha.log").exists() and
+                 "alpha line 2" in (tmp_path / ".ferry/logs/df-12345-abcd/alpha.log").read_text(),
+                 run)
+        assert ferry("stop", "df-12345-abcd").returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    result = ferry("logs", "df-12345-abcd", "alpha", "--follow", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("[ferry] started, pid ")
+    assert "alpha line 2\n" in result.stdout
+
+
+def test_logs_of_a_job_id_is_the_fleet_command(tmp_path):
+    # No dataflow named 42 runs here: the fleet's `logs` asks the (absent) server.
+    result = ferry("logs", "42", "--server", "http://127.0.0.1:9", "--token", "t", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no dataflow" not in result.stderr
+    assert "127.0.0.1:9" in result.stderr, result.stderr
+    # Options before the id, and a value that is not a job id, are read as the fleet's too.
+    result = ferry("logs", "--server", "http://127.0.0.1:9", "--token", "t", "7", cwd=tmp_path)
+    assert result.returncode == 1 and "no dataflow" not in result.stderr, result.stderr
+    assert "127.0.0.1:9" in result.stderr, result.stderr
+    # A word that is not a job id is a dataflow run id.
+    result = ferry("logs", "not-running", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no dataflow 'not-running' is running here" in result.stderr
+    bad = ferry("logs", "bad/name", cwd=tmp_path)
+    assert bad.returncode == 1 and "bad/name" in bad.stderr

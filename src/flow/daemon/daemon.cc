@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -217,6 +218,7 @@ class Daemon {
   const DaemonOptions& options_;
   Plan plan_;
   std::string log_dir_;
+  std::string log_dir_absolute_;  // for clients in other directories
   protocol::Listener listener_;
   SignalGuard signals_;
   std::vector<NodeState> nodes_;
@@ -226,6 +228,7 @@ class Daemon {
 
   // What `ferry ps` shows of this run ({"type": "dataflow", ...}).
   nlohmann::json Describe() const;
+  std::string StateName(const NodeState& node) const;
 
   TimePoint begin_ = Clock::now();
   int64_t begin_unix_ms_ =
@@ -258,6 +261,14 @@ Status Daemon::Prepare() {
 
   log_dir_ = options_.log_dir.empty() ? ".ferry/logs/" + run_id : options_.log_dir;
   FERRY_RETURN_NOT_OK(MakeDirectories(log_dir_));
+  {
+    std::error_code error;
+    log_dir_absolute_ = std::filesystem::absolute(log_dir_, error).lexically_normal().string();
+    if (error) log_dir_absolute_ = log_dir_;
+    while (log_dir_absolute_.size() > 1 && log_dir_absolute_.back() == '/') {
+      log_dir_absolute_.pop_back();
+    }
+  }
 
   nodes_.resize(dataflow_.nodes.size());
   for (size_t i = 0; i < dataflow_.nodes.size(); ++i) {
@@ -976,19 +987,18 @@ Result<RunSummary> RunDataflow(const Dataflow& dataflow, const DaemonOptions& op
   return daemon.Run();
 }
 
+std::string Daemon::StateName(const NodeState& node) const {
+  if (node.finished) return node.summary.failed ? "failed" : "finished";
+  if (node.restart_pending) return "restarting";
+  if (node.running) return started_ ? "running" : (node.ready ? "ready" : "starting");
+  return "starting";
+}
+
 nlohmann::json Daemon::Describe() const {
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeState& node : nodes_) {
-    std::string state = "starting";
-    if (node.finished) {
-      state = node.summary.failed ? "failed" : "finished";
-    } else if (node.restart_pending) {
-      state = "restarting";
-    } else if (node.running) {
-      state = started_ ? "running" : (node.ready ? "ready" : "starting");
-    }
     nodes.push_back({{"id", node.spec->id},
-                     {"state", state},
+                     {"state", StateName(node)},
                      {"pid", node.running ? node.pid : -1},
                      {"restarts", node.summary.restarts}});
   }
@@ -998,6 +1008,7 @@ nlohmann::json Daemon::Describe() const {
           {"daemon_pid", static_cast<int64_t>(::getpid())},
           {"started_unix_ms", begin_unix_ms_},
           {"phase", stopping_ ? "stopping" : (started_ ? "running" : "starting")},
+          {"log_dir", log_dir_absolute_},
           {"nodes", std::move(nodes)}};
 }
 
@@ -1026,17 +1037,41 @@ Result<std::vector<RunningDataflow>> ListDataflows(std::chrono::milliseconds wai
   for (const std::string& run_id : run_ids) {
     RunningDataflow run;
     run.run_id = run_id;
-    auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
-    if (!connection.ok()) continue;  // ended between the listing and now
-    if (connection->Send({{"type", "describe_dataflow"}}).ok()) {
-      auto reply = connection->Receive(wait);
-      if (reply.ok() && reply->has_value() && (**reply).value("type", "") == "dataflow") {
-        run.description = **reply;
-      }
+    auto described = DescribeDataflow(run_id, wait);
+    if (!described.ok() && described.status().code() == StatusCode::kIOError) {
+      continue;  // ended between the listing and now
     }
+    if (described.ok()) run.description = std::move(described->description);
     runs.push_back(std::move(run));
   }
   return runs;
+}
+
+Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
+                                           std::chrono::milliseconds wait) {
+  FERRY_RETURN_NOT_OK(CheckRunName(run_id));
+  auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
+  if (!connection.ok()) {
+    return Status::IOError("no dataflow '" + run_id + "' is running here (" +
+                           connection.status().message() + ")");
+  }
+  Status sent = connection->Send({{"type", "describe_dataflow"}});
+  if (!sent.ok()) return Status::IOError("dataflow '" + run_id + "': " + sent.message());
+  auto reply = connection->Receive(wait);
+  if (!reply.ok()) {
+    if (reply.status().code() == StatusCode::kTimedOut) {
+      return Status::TimedOut("the daemon of dataflow '" + run_id + "' did not answer");
+    }
+    return Status::IOError("dataflow '" + run_id + "': " + reply.status().message());
+  }
+  if (!reply->has_value()) return Status::IOError("dataflow '" + run_id + "' has just ended");
+  if ((**reply).value("type", "") != "dataflow") {
+    return Status::Invalid("unexpected answer from the daemon: " + (**reply).dump());
+  }
+  DescribedDataflow described;
+  described.description = std::move(**reply);
+  described.connection = std::move(connection).MoveValueUnsafe();
+  return described;
 }
 
 Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait) {

@@ -24,7 +24,9 @@
 // Besides the messages of protocol.h the daemon understands, from a
 // connection that has not said hello:
 //   {"type":"stop_dataflow"}  ->  {"type":"stopping","dataflow":RUN_ID}
-// and hangs up when the run is over (StopDataflow waits for that).
+// and hangs up when the run is over (StopDataflow waits for that), and
+//   {"type":"describe_dataflow"}  ->  {"type":"dataflow", ...}  (RunningDataflow)
+// after which the connection stays open until the client or the run ends.
 //
 // Thread safety: RunDataflow runs on the calling thread and, with
 // handle_signals, installs process-wide signal handlers for its duration;
@@ -41,6 +43,7 @@
 #include "ferry/flow/dataflow.h"
 #include "flow/daemon/plan.h"
 #include "flow/daemon/summary.h"
+#include "flow/node/protocol.h"
 
 namespace ferry::flow::daemon {
 
@@ -86,8 +89,9 @@ Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait);
 struct RunningDataflow {
   std::string run_id;
   // The daemon's answer: {"dataflow", "file", "daemon_pid", "started_unix_ms",
-  // "phase", "nodes": [{"id", "state", "pid", "restarts"}]}; null when it did
-  // not answer within the wait (a busy or older daemon).
+  // "phase", "log_dir" (absolute), "nodes": [{"id", "state", "pid",
+  // "restarts"}]}; null when it did not answer within the wait (a busy or
+  // older daemon).
   nlohmann::json description;
 };
 
@@ -95,5 +99,16 @@ struct RunningDataflow {
 // sockets, in run id order; each daemon is asked to describe its run and
 // given `wait` to answer. IOError when the socket table cannot be read.
 Result<std::vector<RunningDataflow>> ListDataflows(std::chrono::milliseconds wait);
+
+// Asks the daemon of `run_id` to describe its run (RunningDataflow::description).
+// The connection is returned too, still open: the daemon hangs it up when the
+// run ends, so a caller that polls it learns of the end. IOError when no such
+// run is reachable; TimedOut when the daemon does not answer within `wait`.
+struct DescribedDataflow {
+  nlohmann::json description;
+  protocol::Connection connection;
+};
+Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
+                                           std::chrono::milliseconds wait);
 
 }  // namespace ferry::flow::daemon
