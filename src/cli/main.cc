@@ -5,6 +5,7 @@
 //   ferry ps [--json]        (alias: ferry list; the dataflows running here)
 //   ferry graph FILE [--format mermaid|html] [-o OUT]   (docs/dataflow-tools.md)
 //   ferry logs RUN_ID [NODE] [-f] [--log-dir D]   (`ferry logs JOB_ID`: the fleet's)
+//   ferry top [RUN_ID] [--once] [--json] [--interval S]
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -20,6 +21,7 @@
 
 #include "cli/dataflow_graph.h"
 #include "cli/dataflow_logs.h"
+#include "cli/dataflow_top.h"
 #include "cli/fleet_cli.h"
 #include "cli/sim_cli.h"
 #include "ferry/flow/dataflow.h"
@@ -166,7 +168,7 @@ int Main(int argc, char** argv) {
   }
 
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs) and a GPU job "
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top) and a GPU job "
       "platform (server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
@@ -223,6 +225,17 @@ int Main(int argc, char** argv) {
   graph->add_flag("--allow-cycles", graph_options.allow_cycles,
                   "Accept feedback loops between nodes");
 
+  ferry::cli::TopOptions top_options;
+  double top_interval_s = 1;
+  CLI::App* top = app.add_subcommand(
+      "top", "Per node CPU, memory, messages/s, drops and restarts of the running dataflows");
+  top->add_option("run_id", top_options.run_id, "Only this dataflow (default: every one here)");
+  top->add_flag("--once", top_options.once, "One sample (over up to 1 s) instead of a live view");
+  top->add_flag("--json", top_options.json,
+                "Print JSON (with --once one document, else one line per refresh)");
+  top->add_option("--interval", top_interval_s, "Seconds between refreshes (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
   ferry::cli::FleetCommands fleet(app);
@@ -267,6 +280,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (ps->parsed()) return ListRuns(ps_json);
+  if (top->parsed()) {
+    top_options.interval = std::chrono::milliseconds(static_cast<int64_t>(top_interval_s * 1000));
+    return ferry::cli::RunTop(top_options, std::cout, std::cerr);
+  }
   if (graph->parsed()) return ferry::cli::RunGraphCommand(graph_options, std::cout, std::cerr);
   if (stop->parsed()) {
     auto status = ferry::flow::daemon::StopDataflow(

@@ -1,8 +1,9 @@
 """The dataflow tools through the real `ferry` binary: `ferry graph` (Mermaid
-and HTML) and `ferry logs` (a running and a finished dataflow, and the fleet
-job path that shares the command name)."""
+and HTML), `ferry logs` (a running and a finished dataflow, and the fleet job
+path that shares the command name) and `ferry top` (once, JSON, live)."""
 
 import html.parser
+import json
 import re
 import subprocess
 import textwrap
@@ -316,3 +317,135 @@ def test_logs_of_a_job_id_is_the_fleet_command(tmp_path):
     assert "no dataflow 'not-running' is running here" in result.stderr
     bad = ferry("logs", "bad/name", cwd=tmp_path)
     assert bad.returncode == 1 and "bad/name" in bad.stderr
+
+
+# ---- ferry top
+
+BUSY = """\
+    from ferry.flow import Node
+
+    with Node() as node:
+        for event in node:
+            if event["type"] == "INPUT":
+                total = 0
+                for i in range(200_000):  # keeps a core busy between ticks
+                    total += i
+    """
+
+HOLDER = """\
+    from ferry.flow import Node
+
+    ballast = bytearray(64 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1  # resident, not just reserved
+    with Node() as node:
+        for event in node:
+            pass
+    """
+
+FLAKY = """\
+    import json, os, sys
+    import pyarrow as pa
+    from ferry.flow import Node
+
+    first = json.loads(os.environ["FERRY_NODE_CONFIG"])["restart_count"] == 0
+    with Node() as node:
+        sent = 0
+        for event in node:
+            if event["type"] == "INPUT":
+                node.send_output("out", pa.array([sent] * 100, pa.int64()))
+                sent += 1
+                if first and sent == 5:
+                    break
+    if first:
+        sys.exit(3)  # after the statistics went out: restarted once
+    """
+
+
+def test_top_once_json_and_live(tmp_path):
+    write(tmp_path, "busy.py", BUSY)
+    write(tmp_path, "holder.py", HOLDER)
+    write(tmp_path, "flaky.py", FLAKY)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: busy
+            path: busy.py
+            inputs: {tick: ferry/timer/millis/5}
+          - id: holder
+            path: holder.py
+            inputs: {tick: ferry/timer/millis/500}
+          - id: flaky
+            path: flaky.py
+            restart: on-failure
+            inputs: {tick: ferry/timer/millis/10}
+            outputs: [out]
+          - id: sink
+            path: holder.py
+            inputs: {values: flaky/out}
+        """)
+    name = f"top-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    try:
+        def restarted_and_running():
+            listed = ferry("ps", "--json")
+            mine = [d for d in json.loads(listed.stdout) if d.get("dataflow") == name]
+            return mine and mine[0]["phase"] == "running" and all(
+                n["state"] == "running" for n in mine[0]["nodes"]) and any(
+                n["restarts"] == 1 for n in mine[0]["nodes"])
+        wait_for(restarted_and_running, run)
+        once = ferry("top", name, "--once", "--json")
+        assert once.returncode == 0, once.stderr
+        document = json.loads(once.stdout)
+        [flow] = document["dataflows"]
+        assert flow["dataflow"] == name and flow["phase"] == "running"
+        nodes = {n["id"]: n for n in flow["nodes"]}
+        assert set(nodes) == {"busy", "holder", "flaky", "sink"}
+        for entry in nodes.values():
+            assert entry["pid"] > 0 and entry["state"] == "running"
+            assert entry["rss_bytes"] > 1 << 20 and entry["processes"] >= 1
+            assert entry["cpu_percent"] is not None and entry["cpu_percent"] >= 0
+        assert nodes["busy"]["cpu_percent"] > 20, nodes["busy"]
+        assert nodes["holder"]["rss_bytes"] > 64 << 20, nodes["holder"]
+        assert nodes["holder"]["cpu_percent"] < nodes["busy"]["cpu_percent"]
+        # The first instance of flaky reported its 5 messages when it ended.
+        assert nodes["flaky"]["restarts"] == 1
+        assert nodes["flaky"]["messages"] >= 5 and nodes["flaky"]["bytes"] >= 5 * 800
+        assert nodes["flaky"]["bytes_copied"] >= 0
+        assert nodes["sink"]["drops"] == 0
+        # Running instances report their counters when they end: no rate yet.
+        assert nodes["busy"]["messages_per_s"] is None
+        [edge] = flow["edges"]
+        assert edge["edge"] == "flaky/out -> sink/values" and edge["queue_size"] == 64
+
+        table = ferry("top", name, "--once")
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0] == f"dataflow {name} (running)"
+        assert lines[1].split()[:5] == ["NODE", "STATE", "PID", "CPU%", "MEM"]
+        assert {line.split()[0] for line in lines[2:6]} == {"busy", "holder", "flaky", "sink"}
+
+        # Live: a refreshed screen until the dataflow ends.
+        live = subprocess.Popen([FERRY, "top", name, "--interval", "0.2"], cwd=tmp_path,
+                                env=environment(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert ferry("stop", name).returncode == 0
+        out, err = live.communicate(timeout=30)
+        assert live.returncode == 0, err
+        assert out.count("\x1b[H\x1b[2J") >= 3, out
+        assert f"dataflow {name} has ended" in out
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_top_of_a_dataflow_that_is_not_running(tmp_path):
+    result = ferry("top", "no-such-run", "--once", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no dataflow 'no-such-run' is running here" in result.stderr
+    bad = ferry("top", "bad/name", "--once", cwd=tmp_path)
+    assert bad.returncode == 1 and "bad/name" in bad.stderr
+    usage = ferry("top", "--interval", "0", cwd=tmp_path)
+    assert usage.returncode == 2

@@ -228,6 +228,8 @@ class Daemon {
 
   // What `ferry ps` shows of this run ({"type": "dataflow", ...}).
   nlohmann::json Describe() const;
+  // What `ferry top` shows ({"type": "dataflow_stats", ...}; daemon.h).
+  nlohmann::json Stats() const;
   std::string StateName(const NodeState& node) const;
 
   TimePoint begin_ = Clock::now();
@@ -580,6 +582,13 @@ void Daemon::HandleMessage(int key, const nlohmann::json& message) {
       peer.identify_deadline = kNever;
       Status replied = peer.connection.Send(Describe());
       (void)replied;  // a `ferry ps` that went away needs no answer
+    } else if (type == "dataflow_stats") {
+      peer.client = true;
+      peer.identify_deadline = kNever;
+      Status replied = peer.connection.Send(Stats());
+      if (!replied.ok()) {
+        (void)peer.connection.Send({{"type", "error"}, {"message", replied.message()}});
+      }
     } else if (type == "stop_dataflow") {
       peer.client = true;
       peer.identify_deadline = kNever;
@@ -994,6 +1003,89 @@ std::string Daemon::StateName(const NodeState& node) const {
   return "starting";
 }
 
+nlohmann::json Daemon::Stats() const {
+  // The counters as the summary would show them now: every ended instance,
+  // plus what a running instance has reported already.
+  RunSummary now;
+  now.run_id = plan_.run_id;
+  for (const NodeState& node : nodes_) {
+    NodeSummary counted = node.summary;
+    if (node.has_pending_stats) (void)AddNodeStats(node.pending_stats, &counted);
+    now.nodes.push_back(std::move(counted));
+  }
+  ComputeEdges(plan_.edges, &now);
+  const auto ports = [](const std::map<std::string, PortCounters>& counters) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [id, port] : counters) {
+      out[id] = {{"messages", port.messages},
+                 {"bytes", port.bytes},
+                 {"bytes_copied", port.bytes_copied},
+                 {"drops", port.drops}};
+    }
+    return out;
+  };
+  const auto known = [](int64_t value) {
+    return value < 0 ? nlohmann::json() : nlohmann::json(value);
+  };
+  nlohmann::json nodes = nlohmann::json::array();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const NodeState& node = nodes_[i];
+    const NodeSummary& counted = now.nodes[i];
+    nodes.push_back({{"id", node.spec->id},
+                     {"state", StateName(node)},
+                     {"pid", node.running ? node.pid : -1},
+                     {"restarts", node.summary.restarts},
+                     {"instances", counted.instances},
+                     {"stats_reports", counted.stats_reports + (node.has_pending_stats ? 1 : 0)},
+                     {"running_instance_reported", node.running && node.has_pending_stats},
+                     {"outputs", ports(counted.outputs)},
+                     {"inputs", ports(counted.inputs)}});
+  }
+  nlohmann::json edges = nlohmann::json::array();
+  for (const EdgeSummary& edge : now.edges) {
+    uint32_t queue_size = 0;
+    std::string overflow;
+    for (const NodeLaunch& launch : plan_.nodes) {
+      if (launch.node != edge.edge.consumer) continue;
+      for (const auto& input : launch.config.inputs) {
+        if (input.id == edge.edge.consumer_input) {
+          queue_size = input.queue_size;
+          overflow = input.overflow;
+        }
+      }
+    }
+    nlohmann::json queued;
+    if (edge.sent >= 0 && edge.received >= 0 && edge.lost >= 0) {
+      queued = edge.sent - edge.received - edge.counters.drops - edge.lost;
+    }
+    edges.push_back({{"edge", edge.edge.label},
+                     {"producer", edge.edge.producer},
+                     {"output", edge.edge.producer_output},
+                     {"consumer", edge.edge.consumer},
+                     {"input", edge.edge.consumer_input},
+                     {"queue_size", queue_size},
+                     {"overflow", overflow},
+                     {"reported", edge.reported},
+                     {"messages", edge.counters.messages},
+                     {"bytes", edge.counters.bytes},
+                     {"bytes_copied", edge.counters.bytes_copied},
+                     {"drops", edge.counters.drops},
+                     {"sent", known(edge.sent)},
+                     {"received", known(edge.received)},
+                     {"lost", known(edge.lost)},
+                     {"queued", std::move(queued)}});
+  }
+  return {{"type", "dataflow_stats"},
+          {"dataflow", plan_.run_id},
+          {"daemon_pid", static_cast<int64_t>(::getpid())},
+          {"phase", stopping_ ? "stopping" : (started_ ? "running" : "starting")},
+          {"unix_ms",
+           std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch())
+               .count()},
+          {"nodes", std::move(nodes)},
+          {"edges", std::move(edges)}};
+}
+
 nlohmann::json Daemon::Describe() const {
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeState& node : nodes_) {
@@ -1072,6 +1164,33 @@ Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
   described.description = std::move(**reply);
   described.connection = std::move(connection).MoveValueUnsafe();
   return described;
+}
+
+Result<nlohmann::json> DataflowStats(const std::string& run_id, std::chrono::milliseconds wait) {
+  FERRY_RETURN_NOT_OK(CheckRunName(run_id));
+  auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
+  if (!connection.ok()) {
+    return Status::IOError("no dataflow '" + run_id + "' is running here (" +
+                           connection.status().message() + ")");
+  }
+  Status sent = connection->Send({{"type", "dataflow_stats"}});
+  if (!sent.ok()) return Status::IOError("dataflow '" + run_id + "': " + sent.message());
+  auto reply = connection->Receive(wait);
+  if (!reply.ok()) {
+    if (reply.status().code() == StatusCode::kTimedOut) {
+      return Status::TimedOut("the daemon of dataflow '" + run_id + "' did not answer");
+    }
+    return Status::IOError("dataflow '" + run_id + "': " + reply.status().message());
+  }
+  if (!reply->has_value()) return Status::IOError("dataflow '" + run_id + "' has just ended");
+  const std::string type = (**reply).value("type", "");
+  if (type == "error") {
+    return Status::IOError("dataflow '" + run_id + "': " + (**reply).value("message", ""));
+  }
+  if (type != "dataflow_stats") {
+    return Status::Invalid("unexpected answer from the daemon: " + (**reply).dump());
+  }
+  return std::move(**reply);
 }
 
 Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait) {

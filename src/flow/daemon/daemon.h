@@ -26,7 +26,8 @@
 //   {"type":"stop_dataflow"}  ->  {"type":"stopping","dataflow":RUN_ID}
 // and hangs up when the run is over (StopDataflow waits for that), and
 //   {"type":"describe_dataflow"}  ->  {"type":"dataflow", ...}  (RunningDataflow)
-// after which the connection stays open until the client or the run ends.
+// after which the connection stays open until the client or the run ends, and
+//   {"type":"dataflow_stats"}  ->  {"type":"dataflow_stats", ...}  (DataflowStats)
 //
 // Thread safety: RunDataflow runs on the calling thread and, with
 // handle_signals, installs process-wide signal handlers for its duration;
@@ -110,5 +111,21 @@ struct DescribedDataflow {
 };
 Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
                                            std::chrono::milliseconds wait);
+
+// Asks the daemon of `run_id` for its counters (for `ferry top`):
+//   {"type":"dataflow_stats", "dataflow", "daemon_pid", "phase", "unix_ms",
+//    "nodes": [{"id", "state", "pid" (-1 when not running), "restarts",
+//               "instances", "stats_reports", "running_instance_reported",
+//               "outputs"/"inputs": {ID: {"messages", "bytes", "bytes_copied", "drops"}}}],
+//    "edges": [{"edge", "producer", "output", "consumer", "input", "queue_size",
+//               "overflow", "reported", "messages", "bytes", "bytes_copied",
+//               "drops", "sent", "received", "lost", "queued"}]}
+// The counters are the run summary's at this moment: what node instances
+// have reported, which they do in their "stats" message when they end, so a
+// running instance's own traffic is not in them yet (unless it has sent
+// "stats" already: running_instance_reported; the latest report counts). "queued" is sent -
+// received - drops - lost (null while sent or lost is unknown). IOError when
+// no such run is reachable, TimedOut after `wait`.
+Result<nlohmann::json> DataflowStats(const std::string& run_id, std::chrono::milliseconds wait);
 
 }  // namespace ferry::flow::daemon

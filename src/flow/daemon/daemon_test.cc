@@ -297,6 +297,58 @@ TEST_F(DaemonTest, FerryStopStopsANamedRun) {
   EXPECT_THAT(again.err(), HasSubstr("no dataflow '" + name + "' is running"));
 }
 
+TEST_F(DaemonTest, DataflowStatsDescribeARunningGraph) {
+  const std::string name = "stats-test-" + std::to_string(::getpid());
+  // The first source instance crashes after sending (no report), the second lingers.
+  WriteDataflow(TestNode("source", "--send 3 --fail-runs 1 --linger",
+                         "    outputs: [out]\n    restart: on-failure\n") +
+                TestNode("sink", "--print",
+                         "    inputs:\n      in: {source: source/out, queue_size: 8, overflow: "
+                         "drop_oldest}\n      tick: ferry/timer/millis/600000\n"));
+  auto run = Start({"--name", name});
+  ASSERT_TRUE(run->WaitForOutput("[sink] INPUT in seq=1")) << run->out() << run->err();
+  nlohmann::json stats;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    auto answer = DataflowStats(name, std::chrono::seconds(5));
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    stats = *answer;
+    const nlohmann::json source = Find(stats["nodes"], "id", "source");
+    if (source["restarts"] == 1 && source["state"] == "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(stats["dataflow"], name);
+  EXPECT_EQ(stats["phase"], "running");
+  nlohmann::json source = Find(stats["nodes"], "id", "source");
+  nlohmann::json sink = Find(stats["nodes"], "id", "sink");
+  EXPECT_EQ(source["state"], "running");
+  EXPECT_EQ(source["restarts"], 1);
+  EXPECT_EQ(source["instances"], 2);
+  EXPECT_GT(source["pid"].get<int64_t>(), 0);
+  EXPECT_GT(sink["pid"].get<int64_t>(), 0);
+  EXPECT_EQ(sink["restarts"], 0);
+  nlohmann::json edge = Find(stats["edges"], "edge", "source/out -> sink/in");
+  EXPECT_EQ(edge["queue_size"], 8);
+  EXPECT_EQ(edge["overflow"], "drop_oldest");
+  // The crashed instance never reported: what it sent is unknown.
+  EXPECT_TRUE(edge["sent"].is_null());
+  EXPECT_TRUE(edge["queued"].is_null());
+
+  // The pids are the ones `ferry ps` lists.
+  ASSERT_OK_AND_ASSIGN(auto runs, ListDataflows(std::chrono::seconds(5)));
+  for (const auto& listed : runs) {
+    if (listed.run_id != name) continue;
+    EXPECT_EQ(Find(listed.description["nodes"], "id", "source")["pid"], source["pid"]);
+    EXPECT_EQ(listed.description["log_dir"].get<std::string>().front(), '/');
+  }
+
+  FerryProcess stop({"stop", name}, dir_.path());
+  EXPECT_EQ(stop.Wait(), 0) << stop.err();
+  EXPECT_EQ(run->Wait(), 0) << run->out() << run->err();
+  auto gone = DataflowStats(name, std::chrono::seconds(1));
+  EXPECT_EQ(gone.status().code(), StatusCode::kIOError);
+  EXPECT_THAT(gone.status().message(), HasSubstr("no dataflow '" + name + "' is running here"));
+}
+
 TEST_F(DaemonTest, NodeIgnoringStopIsKilledAfterItsGrace) {
   WriteDataflow(TestNode("deaf", "--linger --ignore-stop --print", "    stop_grace_ms: 200\n") +
                 TestNode("polite", "--linger --print"));
