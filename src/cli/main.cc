@@ -6,6 +6,7 @@
 //   ferry graph FILE [--format mermaid|html] [-o OUT]   (docs/dataflow-tools.md)
 //   ferry logs RUN_ID [NODE] [-f] [--log-dir D]   (`ferry logs JOB_ID`: the fleet's)
 //   ferry top [RUN_ID] [--once] [--json] [--interval S]
+//   ferry topic echo|hz RUN_ID/NODE/OUTPUT [--count N]
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -22,6 +23,7 @@
 #include "cli/dataflow_graph.h"
 #include "cli/dataflow_logs.h"
 #include "cli/dataflow_top.h"
+#include "cli/dataflow_topic.h"
 #include "cli/fleet_cli.h"
 #include "cli/sim_cli.h"
 #include "ferry/flow/dataflow.h"
@@ -168,8 +170,8 @@ int Main(int argc, char** argv) {
   }
 
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top) and a GPU job "
-      "platform (server, agent, submit, jobs, ...)",
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top, topic) and a "
+      "GPU job platform (server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
@@ -236,6 +238,30 @@ int Main(int argc, char** argv) {
   top->add_option("--interval", top_interval_s, "Seconds between refreshes (default 1)")
       ->check(CLI::Range(0.05, 3600.0));
 
+  ferry::cli::TopicOptions topic_options;
+  double topic_window_s = 1;
+  CLI::App* topic = app.add_subcommand("topic", "Read a live output of a running dataflow");
+  topic->require_subcommand(1);
+  CLI::App* topic_echo = topic->add_subcommand("echo", "Print the messages of an output");
+  CLI::App* topic_hz = topic->add_subcommand("hz", "Print the message rate of an output");
+  for (CLI::App* command : {topic_echo, topic_hz}) {
+    command
+        ->add_option("topic", topic_options.topic,
+                     "RUN_ID/NODE/OUTPUT (RUN_ID/NODE/OPERATOR/OUTPUT for an operator's)")
+        ->required();
+    command
+        ->add_option("-n,--count", topic_options.count,
+                     command == topic_echo
+                         ? "Stop after this many messages (default: until the output ends)"
+                         : "Stop after this many reports (default: until the output ends)")
+        ->check(CLI::NonNegativeNumber);
+  }
+  topic_echo
+      ->add_option("--max-values", topic_options.max_values, "Values shown per column (default 20)")
+      ->check(CLI::PositiveNumber);
+  topic_hz->add_option("--window", topic_window_s, "Seconds per report (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
   ferry::cli::FleetCommands fleet(app);
@@ -280,6 +306,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (ps->parsed()) return ListRuns(ps_json);
+  if (topic->parsed()) {
+    topic_options.hz = topic_hz->parsed();
+    topic_options.window = std::chrono::milliseconds(static_cast<int64_t>(topic_window_s * 1000));
+    return ferry::cli::RunTopic(topic_options, std::cout, std::cerr);
+  }
   if (top->parsed()) {
     top_options.interval = std::chrono::milliseconds(static_cast<int64_t>(top_interval_s * 1000));
     return ferry::cli::RunTop(top_options, std::cout, std::cerr);

@@ -449,3 +449,112 @@ def test_top_of_a_dataflow_that_is_not_running(tmp_path):
     assert bad.returncode == 1 and "bad/name" in bad.stderr
     usage = ferry("top", "--interval", "0", cwd=tmp_path)
     assert usage.returncode == 2
+
+
+# ---- ferry topic echo / hz
+
+COUNTER = """\
+    import pyarrow as pa
+    from ferry.flow import Node
+
+    with Node() as node:
+        sent = 0
+        for event in node:
+            if event["type"] == "INPUT" and event["id"] == "tick":
+                node.send_output("numbers", pa.array([sent, sent * 10], pa.int64()),
+                                 {"frame": str(sent)})
+                sent += 1
+                if sent == 250:  # about 5 s: then the graph ends by itself
+                    break
+    """
+
+SILENT = """\
+    from ferry.flow import Node
+
+    with Node() as node:
+        received = 0
+        for event in node:
+            if event["type"] == "INPUT":
+                received += 1
+        print(f"sink received {received}", flush=True)
+    """
+
+
+@pytest.fixture
+def counting_flow(tmp_path):
+    write(tmp_path, "counter.py", COUNTER)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: counter
+            path: counter.py
+            inputs: {tick: ferry/timer/millis/20}
+            outputs: [numbers]
+          - id: sink
+            path: silent.py
+            inputs: {numbers: counter/numbers}
+        """)
+    name = f"topic-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs", "--summary-json", "summary.json")
+    wait_for(lambda: (tmp_path / "logs" / "counter.log").exists() and ferry(
+        "top", name, "--once", "--json").returncode == 0, run)
+    yield tmp_path, name, run
+    if run.poll() is None:
+        ferry("stop", name)
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
+def test_topic_echo_prints_live_messages(counting_flow):
+    tmp_path, name, run = counting_flow
+    echo = ferry("topic", "echo", f"{name}/counter/numbers", "--count", "3", timeout=60)
+    assert echo.returncode == 0, echo.stderr
+    headers = [line for line in echo.stdout.splitlines() if line.startswith("--- seq ")]
+    assert len(headers) == 3, echo.stdout
+    frames = []
+    for header in headers:
+        m = re.match(r"--- seq (\d+), 2 rows, \d+ B, frame=(\d+)$", header)
+        assert m, header
+        frames.append(int(m[2]))
+    # Consecutive live messages; each shows its values.
+    assert frames == list(range(frames[0], frames[0] + 3)), frames
+    assert f"  {frames[0] * 10}" in echo.stdout, echo.stdout
+
+    # The tap did not disturb the graph: nothing dropped, nothing lost.
+    assert run.wait(timeout=60) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    [edge] = summary["edges"]
+    assert edge["drops"] == 0 and edge["lost"] == 0, edge
+    assert edge["sent"] == edge["received"] == 250, edge
+
+
+def test_topic_hz_reports_the_rate(counting_flow):
+    tmp_path, name, run = counting_flow
+    hz = ferry("topic", "hz", f"{name}/counter/numbers", "--count", "2", "--window", "0.5",
+               timeout=60)
+    assert hz.returncode == 0, hz.stderr
+    lines = hz.stdout.splitlines()
+    assert len(lines) == 2, hz.stdout
+    for line in lines:
+        m = re.match(r"([\d.]+) msg/s  [\d.]+ (?:B|KiB)/s  \((\d+) messages in ([\d.]+) s", line)
+        assert m, line
+        assert 10 <= float(m[1]) <= 80, line  # a 20 ms timer: about 50 a second
+
+
+def test_topic_errors(counting_flow, tmp_path):
+    _, name, _ = counting_flow
+    no_output = ferry("topic", "echo", f"{name}/counter/nothing")
+    assert no_output.returncode == 1
+    assert "has no output 'nothing' (outputs: numbers)" in no_output.stderr
+    no_node = ferry("topic", "hz", f"{name}/ghost/numbers")
+    assert no_node.returncode == 1 and "no node 'ghost' (nodes: counter, sink)" in no_node.stderr
+    not_running = ferry("topic", "echo", "nobody-here/counter/numbers")
+    assert not_running.returncode == 1
+    assert "no dataflow 'nobody-here' is running here" in not_running.stderr
+    malformed = ferry("topic", "echo", "just-a-name")
+    assert malformed.returncode == 1 and "RUN/NODE/OUTPUT" in malformed.stderr
+    usage = ferry("topic", "echo")
+    assert usage.returncode == 2

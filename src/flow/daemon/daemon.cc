@@ -1089,7 +1089,14 @@ nlohmann::json Daemon::Stats() const {
 nlohmann::json Daemon::Describe() const {
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeState& node : nodes_) {
-    nodes.push_back({{"id", node.spec->id},
+    nlohmann::json outputs = nlohmann::json::array();
+    if (node.launch != nullptr) {
+      for (const auto& output : node.launch->config.outputs) {
+        outputs.push_back({{"id", output.id}, {"channel", output.channel}});
+      }
+    }
+    nodes.push_back({{"outputs", std::move(outputs)},
+                     {"id", node.spec->id},
                      {"state", StateName(node)},
                      {"pid", node.running ? node.pid : -1},
                      {"restarts", node.summary.restarts}});

@@ -91,7 +91,8 @@ struct RunningDataflow {
   std::string run_id;
   // The daemon's answer: {"dataflow", "file", "daemon_pid", "started_unix_ms",
   // "phase", "log_dir" (absolute), "nodes": [{"id", "state", "pid",
-  // "restarts"}]}; null when it did not answer within the wait (a busy or
+  // "restarts", "outputs": [{"id" ("out", or "op/out" for an operator's),
+  // "channel"}]}]}; null when it did not answer within the wait (a busy or
   // older daemon).
   nlohmann::json description;
 };
