@@ -277,14 +277,42 @@ Result<InputStager::PrefetchOrder> ParsePrefetchOrder(const json& object) {
       attempt->get<int64_t>() > INT32_MAX) {
     return Status::Invalid("a prefetch order needs job_id and attempt (integers >= 1)");
   }
-  if (tenant == object.end() || !tenant->is_string() || inputs == object.end()) {
-    return Status::Invalid("prefetch order of job " + std::to_string(job->get<int64_t>()) +
-                           ": needs tenant and inputs");
+  const std::string what = "prefetch order of job " + std::to_string(job->get<int64_t>());
+  if (tenant == object.end() || !tenant->is_string()) {
+    return Status::Invalid(what + ": needs a tenant");
   }
   order.job_id = job->get<int64_t>();
   order.attempt = static_cast<int>(attempt->get<int64_t>());
   order.tenant = tenant->get<std::string>();
-  FERRY_ASSIGN_OR_RAISE(order.inputs, ParseStagedInputs(*inputs));
+  if (inputs != object.end()) {
+    FERRY_ASSIGN_OR_RAISE(order.inputs, ParseStagedInputs(*inputs));
+  }
+  if (auto code = object.find("code"); code != object.end()) {
+    auto bundle = code->is_object() ? code->find("bundle") : code->end();
+    auto bytes = code->is_object() ? code->find("bytes") : code->end();
+    // The digest goes into the URL the bundle is fetched from.
+    auto is_digest = [](const std::string& text) {
+      if (text.size() != 71 || text.rfind("sha256:", 0) != 0) return false;
+      return std::all_of(text.begin() + 7, text.end(),
+                         [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    };
+    if (!code->is_object() || bundle == code->end() || !bundle->is_string() ||
+        !is_digest(bundle->get<std::string>()) ||
+        (bytes != code->end() && (!bytes->is_number_integer() || bytes->get<int64_t>() < 0))) {
+      return Status::Invalid(what +
+                             ": code must be {\"bundle\": \"sha256:<64 hex>\", \"bytes\": N}");
+    }
+    order.code_bundle = bundle->get<std::string>();
+    if (bytes != code->end()) order.code_bytes = bytes->get<int64_t>();
+  }
+  for (auto [key, field] :
+       {std::pair{"image", &order.image}, std::pair{"image_digest", &order.image_digest}}) {
+    auto value = object.find(key);
+    if (value == object.end()) continue;
+    if (!value->is_string()) return Status::Invalid(what + ": " + key + " must be a string");
+    *field = value->get<std::string>();
+  }
+  if (order.empty()) return Status::Invalid(what + ": names nothing to fetch");
   return order;
 }
 
@@ -825,8 +853,19 @@ Status Agent::Prepare() {
   containers.auth_file = options_.registry_auth_file;
   containers.node_name = options_.node_name;
   containers.cdi_gpus = !gpus_.empty();  // found by NVML, not declared
+  containers.state_dir = node_.work_dir;
   agent_internal::ContainerOptions pull_options = containers;
   containers_ = std::make_unique<agent_internal::ContainerJanitor>(std::move(containers));
+  // A new instance runs none of its predecessor's tasks: the server writes
+  // them off, and their containers go (a killed agent could not remove them).
+  Result<int> removed = containers_->RemoveLeftovers();
+  if (!removed.ok()) {
+    Warn("could not remove the containers an earlier agent left: " + removed.status().message(),
+         {{"node", options_.node_name}});
+  } else if (*removed > 0) {
+    Log("removed " + std::to_string(*removed) + " container(s) an earlier agent of this node left",
+        {{"node", options_.node_name}});
+  }
   if (gpus_.empty()) gpus_ = options_.declared_gpus;
   instance_ = RandomInstance();
 
@@ -1044,7 +1083,7 @@ void Agent::HandleSyncResponse(const json& body) {
     }
   }
   for (const auto& [job, attempt] : stager_->Prefetch(std::move(orders))) {
-    Log("fetching the inputs of job " + std::to_string(job) + " ahead (it waits for this node)",
+    Log("fetching what job " + std::to_string(job) + " needs ahead (it waits for this node)",
         {{"node", options_.node_name}, {"job_id", job}, {"attempt", attempt}});
   }
   if (auto stop = body.find("stop"); stop != body.end() && stop->is_array()) {

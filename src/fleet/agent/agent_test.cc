@@ -203,6 +203,59 @@ TEST(Assignment, RefusesMalformedEntries) {
   EXPECT_FALSE(ParseAssignment(nlohmann::json::array()).ok());
 }
 
+TEST(PrefetchOrders, InputsCodeAndImage) {
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  auto order = agent_internal::ParsePrefetchOrder(nlohmann::json::parse(
+      R"({"job_id": 7, "attempt": 2, "tenant": "acme", "inputs": [],
+          "code": {"bundle": ")" +
+      digest + R"(", "bytes": 1234}, "image": "localhost:5000/x:1",
+          "image_digest": "sha256:feed"})"));
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  EXPECT_EQ(order->job_id, 7);
+  EXPECT_EQ(order->attempt, 2);
+  EXPECT_EQ(order->tenant, "acme");
+  EXPECT_TRUE(order->inputs.empty());
+  EXPECT_EQ(order->code_bundle, digest);
+  EXPECT_EQ(order->code_bytes, 1234);
+  EXPECT_EQ(order->image, "localhost:5000/x:1");
+  EXPECT_EQ(order->image_digest, "sha256:feed");
+  EXPECT_FALSE(order->empty());
+  // An image alone, without the inputs key.
+  auto image_only = agent_internal::ParsePrefetchOrder(
+      nlohmann::json::parse(R"({"job_id": 1, "attempt": 1, "tenant": "t", "image": "busybox"})"));
+  ASSERT_TRUE(image_only.ok()) << image_only.status().message();
+  EXPECT_EQ(image_only->image, "busybox");
+}
+
+TEST(PrefetchOrders, RefusesMalformedOrders) {
+  for (const char* bad : {
+           R"({"attempt": 1, "tenant": "t", "image": "x"})",
+           R"({"job_id": 1, "attempt": 1, "image": "x"})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t"})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t", "inputs": []})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t", "image": 5})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t", "code": "sha256:ab"})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t", "code": {"bundle": "sha256:ab"}})",
+           R"({"job_id": 1, "attempt": 1, "tenant": "t", "code": {"bundle": "../../etc"}})",
+       }) {
+    auto order = agent_internal::ParsePrefetchOrder(nlohmann::json::parse(bad));
+    EXPECT_FALSE(order.ok()) << bad;
+  }
+  // Upper-case hex or a path after the digest would end up in the URL.
+  const std::string upper = "sha256:" + std::string(64, 'A');
+  EXPECT_FALSE(agent_internal::ParsePrefetchOrder(nlohmann::json{{"job_id", 1},
+                                                                 {"attempt", 1},
+                                                                 {"tenant", "t"},
+                                                                 {"code", {{"bundle", upper}}}})
+                   .ok());
+  EXPECT_FALSE(agent_internal::ParsePrefetchOrder(
+                   nlohmann::json{{"job_id", 1},
+                                  {"attempt", 1},
+                                  {"tenant", "t"},
+                                  {"code", {{"bundle", "sha256:" + std::string(64, 'a') + "/x"}}}})
+                   .ok());
+}
+
 TEST(Reports, WireForm) {
   TaskReport exited;
   exited.ref = {3, 0, 1};

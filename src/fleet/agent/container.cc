@@ -8,9 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "ferry/fleet/image_ref.h"
+#include "fleet/slurm/run_command.h"
 
 namespace ferry::fleet::agent_internal {
 
@@ -128,6 +132,75 @@ std::vector<std::string> RemoveContainersArgv(const ContainerOptions& options,
   std::vector<std::string> argv = {options.podman, "rm", "--force", "--ignore", "--time", "0"};
   for (const std::string& name : names) argv.push_back(name);
   return argv;
+}
+
+Result<std::string> FindProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (size_t from = 0; from <= dirs.size();) {
+    size_t colon = dirs.find(':', from);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string candidate = dirs.substr(from, colon - from) + "/" + program;
+    if (colon > from && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    from = colon + 1;
+  }
+  return Status::Invalid(program + " is not installed here (not in PATH)");
+}
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string ContainerJanitor::Marker() const {
+  return options_.state_dir.empty() ? std::string() : options_.state_dir + "/containers.started";
+}
+
+void ContainerJanitor::Started(const TaskRef& ref) {
+  started_.insert(ContainerName(ref));
+  if (marked_ || Marker().empty()) return;
+  std::ofstream(Marker()) << "podman containers labelled ferry.node=" << options_.node_name
+                          << " were started from this directory\n";
+  marked_ = true;
+}
+
+Result<int> ContainerJanitor::RemoveLeftovers() {
+  std::error_code ec;
+  if (Marker().empty() || !std::filesystem::exists(Marker(), ec)) return 0;
+  FERRY_ASSIGN_OR_RAISE(const std::string podman, FindProgram(options_.podman));
+  // podman needs the agent's environment (HOME, XDG_RUNTIME_DIR, CONTAINERS_CONF).
+  const std::map<std::string, std::string> env = ProcessEnvironment();
+  FERRY_ASSIGN_OR_RAISE(slurm::internal::CommandResult listed,
+                        slurm::internal::RunCommand(
+                            {podman, "ps", "--all", "--filter",
+                             "label=ferry.node=" + options_.node_name, "--format", "{{.Names}}"},
+                            env, "", 120));
+  if (listed.exit_code != 0) {
+    return Status::IOError("podman ps failed: " + listed.err.substr(0, 400));
+  }
+  std::vector<std::string> names;
+  std::istringstream lines(listed.out);
+  for (std::string name; std::getline(lines, name);) {
+    // Only the names this agent gives (ContainerName).
+    if (name.rfind("ferry-", 0) == 0) names.push_back(name);
+  }
+  if (!names.empty()) {
+    std::vector<std::string> argv = RemoveContainersArgv(options_, names);
+    argv[0] = podman;
+    FERRY_ASSIGN_OR_RAISE(slurm::internal::CommandResult removed,
+                          slurm::internal::RunCommand(argv, env, "", 120));
+    if (removed.exit_code != 0) {
+      return Status::IOError("podman rm failed: " + removed.err.substr(0, 400));
+    }
+  }
+  std::filesystem::remove(Marker(), ec);
+  return static_cast<int>(names.size());
 }
 
 void ContainerJanitor::Ended(const TaskRef& ref) {

@@ -29,6 +29,9 @@ struct ContainerOptions {
   std::vector<std::string> insecure_registries;
   std::string auth_file;  // podman --authfile; empty: podman's default
   std::string node_name;  // labels the containers this agent starts
+  // The agent's work directory: a marker there says containers were
+  // started, so that the next agent there removes what a killed one left.
+  std::string state_dir;
   // The node's GPUs are real (NVML): pass the task's ones as CDI devices
   // nvidia.com/gpu=<index>. False for declared GPUs (tests, partial nodes).
   bool cdi_gpus = false;
@@ -68,12 +71,25 @@ std::vector<std::string> PullArgv(const ContainerOptions& options, const JobSpec
 std::vector<std::string> RemoveContainersArgv(const ContainerOptions& options,
                                               const std::vector<std::string>& names);
 
+// `program` as an absolute path: kept when it has a '/', else found in PATH.
+Result<std::string> FindProgram(const std::string& program);
+
+// This process's environment as a map (what podman is started with).
+std::map<std::string, std::string> ProcessEnvironment();
+
 class ContainerJanitor {
  public:
   explicit ContainerJanitor(ContainerOptions options) : options_(std::move(options)) {}
 
-  // A container task was started.
-  void Started(const TaskRef& ref) { started_.insert(ContainerName(ref)); }
+  // A container task was started (the first one also writes the marker).
+  void Started(const TaskRef& ref);
+  // At the agent's start: when the marker says an earlier agent in this
+  // work directory started containers, removes every container labelled
+  // with this node's name (an agent killed with SIGKILL leaves its tasks'
+  // containers running; the server has written those attempts off) and
+  // drops the marker. Returns how many it removed; no podman call without
+  // the marker.
+  Result<int> RemoveLeftovers();
   // A task's exit (or launch failure) was reported: when it was a container
   // task, its container is removed in the background (a no-op when podman's
   // --rm already did). Tasks without a container are ignored.
@@ -83,8 +99,11 @@ class ContainerJanitor {
   const ContainerOptions& options() const { return options_; }
 
  private:
+  std::string Marker() const;
+
   ContainerOptions options_;
   std::set<std::string> started_;
+  bool marked_ = false;
 };
 
 // Runs argv with stdin, stdout and stderr on /dev/null and waits for it on a

@@ -1,8 +1,11 @@
 #include "fleet/agent/container.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -140,6 +143,56 @@ TEST(ContainerTest, RemovesLeftoverContainers) {
   EXPECT_FALSE(janitor.Knows(ref));
   janitor.Ended(TaskRef{8, 0, 1});  // never started in a container: nothing to do
   EXPECT_EQ(ContainerName(TaskRef{7, 0, 1}), "ferry-7-1-0");
+}
+
+TEST(ContainerTest, ANewAgentRemovesWhatAKilledOneLeftOnlyAfterTheMarker) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ferry-janitor-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A stand-in podman that logs its arguments and lists two containers of
+  // this node, one of them not named by Ferry.
+  const fs::path log = dir / "calls";
+  const fs::path podman = dir / "podman";
+  std::ofstream(podman) << "#!/bin/sh\necho \"$@\" >> " << log.string()
+                        << "\n[ \"$1\" = ps ] && printf 'ferry-3-1-0\\nsomeone-else\\n'\nexit 0\n";
+  fs::permissions(podman, fs::perms::owner_all);
+  ContainerOptions options;
+  options.podman = podman.string();
+  options.node_name = "gpu-a";
+  options.state_dir = dir.string();
+  {
+    // No marker: no podman call at all.
+    ContainerJanitor fresh(options);
+    Result<int> removed = fresh.RemoveLeftovers();
+    ASSERT_TRUE(removed.ok()) << removed.status().message();
+    EXPECT_EQ(*removed, 0);
+    EXPECT_FALSE(fs::exists(log));
+    fresh.Started(TaskRef{3, 0, 1});  // writes the marker; the agent is then "killed"
+    EXPECT_TRUE(fs::exists(dir / "containers.started"));
+  }
+  ContainerJanitor next(options);
+  Result<int> removed = next.RemoveLeftovers();
+  ASSERT_TRUE(removed.ok()) << removed.status().message();
+  EXPECT_EQ(*removed, 1);
+  std::ifstream in(log);
+  std::string ps, rm, extra;
+  std::getline(in, ps);
+  std::getline(in, rm);
+  EXPECT_EQ(ps, "ps --all --filter label=ferry.node=gpu-a --format {{.Names}}");
+  EXPECT_EQ(rm, "rm --force --ignore --time 0 ferry-3-1-0");
+  EXPECT_FALSE(std::getline(in, extra));
+  EXPECT_FALSE(fs::exists(dir / "containers.started"));
+  // A podman that fails is an error, and the marker stays for the next try.
+  fs::remove(log);
+  std::ofstream(dir / "containers.started") << "x\n";
+  std::ofstream(podman, std::ios::trunc) << "#!/bin/sh\necho broken >&2\nexit 3\n";
+  Result<int> failed = next.RemoveLeftovers();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("broken"), std::string::npos)
+      << failed.status().message();
+  EXPECT_TRUE(fs::exists(dir / "containers.started"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

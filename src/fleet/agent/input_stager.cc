@@ -190,7 +190,7 @@ void InputStager::Offer(TaskAssignment assignment, std::vector<Ready>* ready) {
                                 options_.stage, &raw->cancel);
     }
     if (raw->result.ok() && !image_spec.image.empty()) {
-      Status pulled = PullImage(raw, image_spec, &raw->image);
+      Status pulled = PullImage(&raw->cancel, image_spec, &raw->image);
       if (!pulled.ok()) {
         raw->result = pulled;
         cache_->Release(raw->holder);
@@ -237,31 +237,13 @@ InputStager::Ready InputStager::ReadyOf(const Attempt& attempt, TaskAssignment a
           attempt.code_dir};
 }
 
-Result<std::string> InputStager::FindProgram(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  for (size_t from = 0; from <= dirs.size();) {
-    size_t colon = dirs.find(':', from);
-    if (colon == std::string::npos) colon = dirs.size();
-    const std::string candidate = dirs.substr(from, colon - from) + "/" + program;
-    if (colon > from && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-    from = colon + 1;
-  }
-  return Status::Invalid(program + " is not installed here (not in PATH)");
-}
-
-Status InputStager::PullImage(Attempt* attempt, const JobSpec& spec, std::string* summary) {
+Status InputStager::PullImage(std::atomic<bool>* cancel, const JobSpec& spec,
+                              std::string* summary) {
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::string> argv = PullArgv(options_.containers, spec);
   FERRY_ASSIGN_OR_RAISE(argv[0], FindProgram(argv[0]));
   // podman needs the agent's environment (HOME, XDG_RUNTIME_DIR, CONTAINERS_CONF).
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string text = *entry;
-    const size_t eq = text.find('=');
-    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
-  }
+  const std::map<std::string, std::string> env = ProcessEnvironment();
   Status status;
   int64_t backoff = options_.stage.backoff_ms;
   for (int tries = 1;; ++tries) {
@@ -277,7 +259,7 @@ Status InputStager::PullImage(Attempt* attempt, const JobSpec& spec, std::string
     } else {
       status = Status::OK();
     }
-    if (status.ok() || attempt->cancel.load() || tries >= options_.stage.attempts) break;
+    if (status.ok() || cancel->load() || tries >= options_.stage.attempts) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
     backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
   }
@@ -290,6 +272,31 @@ Status InputStager::PullImage(Attempt* attempt, const JobSpec& spec, std::string
   return Status::OK();
 }
 
+Result<ContentCache::Acquired> InputStager::AcquireBundle(const std::string& tenant,
+                                                          const JobSpec::Code& code, int64_t job,
+                                                          const std::string& holder,
+                                                          std::atomic<bool>* cancel) {
+  if (options_.server_url.empty()) return Status::Invalid("no server URL to fetch a bundle from");
+  std::string base = options_.server_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  StagedObject object;
+  object.path = "bundle.tar.gz";
+  object.uri = base + "/v1/agent/code/" + code.bundle + "?job=" + std::to_string(job);
+  object.size = code.bytes > 0 ? code.bytes : -1;
+  object.sha256 = code.bundle.substr(7);
+  // Through the node cache, like an input: verified, shared, resumed.
+  Result<ContentCache::Acquired> acquired = Status::OK();
+  int64_t backoff = options_.stage.backoff_ms;
+  for (int tries = 1;; ++tries) {
+    acquired = cache_->Acquire(tenant, object, holder, *fetcher_, cancel);
+    if (acquired.ok() || cancel->load() || tries >= options_.stage.attempts) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+    backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
+  }
+  if (!acquired.ok()) return acquired.status().WithPrefix("bundle " + code.bundle + ": ");
+  return acquired;
+}
+
 Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job,
                               std::string* summary) {
   const auto started = std::chrono::steady_clock::now();
@@ -300,28 +307,12 @@ Status InputStager::StageCode(Attempt* attempt, const JobSpec::Code& code, int64
     return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
   };
   if (!code.bundle.empty()) {
-    if (options_.server_url.empty()) return Status::Invalid("no server URL to fetch a bundle from");
-    std::string base = options_.server_url;
-    while (!base.empty() && base.back() == '/') base.pop_back();
-    StagedObject object;
-    object.path = "bundle.tar.gz";
-    object.uri = base + "/v1/agent/code/" + code.bundle + "?job=" + std::to_string(job);
-    object.size = code.bytes > 0 ? code.bytes : -1;
-    object.sha256 = code.bundle.substr(7);
-    // Through the node cache, like an input: verified, shared, resumed.
-    Result<ContentCache::Acquired> acquired = Status::OK();
-    int64_t backoff = options_.stage.backoff_ms;
-    for (int tries = 1;; ++tries) {
-      acquired =
-          cache_->Acquire(attempt->tenant, object, attempt->holder, *fetcher_, &attempt->cancel);
-      if (acquired.ok() || attempt->cancel.load() || tries >= options_.stage.attempts) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
-      backoff = std::min(backoff * 2, options_.stage.max_backoff_ms);
-    }
-    if (!acquired.ok()) return acquired.status().WithPrefix("bundle " + code.bundle + ": ");
-    FERRY_RETURN_NOT_OK(UnpackBundle(acquired->path, attempt->code_dir));
-    *summary = "code bundle " + code.bundle.substr(0, 19) + " (" + FormatBytes(acquired->size) +
-               (acquired->hit ? ", from the node cache" : ", fetched") + ") unpacked in " + took();
+    FERRY_ASSIGN_OR_RAISE(
+        ContentCache::Acquired acquired,
+        AcquireBundle(attempt->tenant, code, job, attempt->holder, &attempt->cancel));
+    FERRY_RETURN_NOT_OK(UnpackBundle(acquired.path, attempt->code_dir));
+    *summary = "code bundle " + code.bundle.substr(0, 19) + " (" + FormatBytes(acquired.size) +
+               (acquired.hit ? ", from the node cache" : ", fetched") + ") unpacked in " + took();
     return Status::OK();
   }
   // A git commit: cloned afresh for the attempt, then checked out detached.
@@ -398,15 +389,14 @@ std::vector<std::pair<int64_t, int>> InputStager::Prefetch(std::vector<PrefetchO
       it->second->wanted = true;
       continue;
     }
-    if (order.inputs.empty() || attempts_.count(key)) continue;  // nothing to do, or staging
+    if (order.empty() || attempts_.count(key)) continue;  // nothing to do, or staging
     auto ahead = std::make_unique<Ahead>();
     ahead->holder =
         "prefetch-" + std::to_string(order.job_id) + "-" + std::to_string(order.attempt);
     ahead->order = std::move(order);
     Ahead* raw = ahead.get();
     ahead->thread = std::thread([this, raw] {
-      raw->result = FetchInputs(cache_.get(), *fetcher_, raw->order.tenant, raw->holder,
-                                raw->order.inputs, options_.stage, &raw->cancel);
+      RunPrefetch(raw);
       raw->finished = true;
       if (options_.wake) options_.wake();
     });
@@ -421,6 +411,47 @@ std::vector<std::pair<int64_t, int>> InputStager::Prefetch(std::vector<PrefetchO
   return started;
 }
 
+void InputStager::RunPrefetch(Ahead* ahead) {
+  const PrefetchOrder& order = ahead->order;
+  if (!order.inputs.empty()) {
+    Result<StageResult> fetched = FetchInputs(cache_.get(), *fetcher_, order.tenant, ahead->holder,
+                                              order.inputs, options_.stage, &ahead->cancel);
+    if (!fetched.ok()) {
+      ahead->result = fetched.status();
+      return;
+    }
+    ahead->done.push_back(fetched->Summary(order.inputs.size()));
+  }
+  if (!order.code_bundle.empty()) {
+    JobSpec::Code code;
+    code.bundle = order.code_bundle;
+    code.bytes = order.code_bytes;
+    // Pinned under the prefetch's holder like its inputs; the staging
+    // unpacks it from the cache.
+    Result<ContentCache::Acquired> acquired =
+        AcquireBundle(order.tenant, code, order.job_id, ahead->holder, &ahead->cancel);
+    if (!acquired.ok()) {
+      ahead->result = acquired.status().WithPrefix("code: ");
+      return;
+    }
+    ahead->done.push_back("code bundle " + order.code_bundle.substr(0, 19) + " (" +
+                          FormatBytes(acquired->size) +
+                          (acquired->hit ? ", already in the node cache)" : ", fetched)"));
+  }
+  if (!order.image.empty()) {
+    JobSpec spec;  // what the pull needs of the spec
+    spec.image = order.image;
+    spec.image_digest = order.image_digest;
+    std::string summary;
+    Status pulled = PullImage(&ahead->cancel, spec, &summary);
+    if (!pulled.ok()) {
+      ahead->result = pulled;
+      return;
+    }
+    ahead->done.push_back(summary);
+  }
+}
+
 void InputStager::ReapPrefetches() {
   for (auto it = ahead_.begin(); it != ahead_.end();) {
     Ahead& ahead = *it->second;
@@ -429,13 +460,14 @@ void InputStager::ReapPrefetches() {
       ahead.joined = true;
       if (!ahead.cancel.load()) {
         const PrefetchOrder& order = ahead.order;
+        std::string done;
+        for (const std::string& part : ahead.done) done += (done.empty() ? "" : "; ") + part;
         std::string message =
             ahead.result.ok()
-                ? "prefetched on " + options_.node_name +
-                      " while the job waits: " + ahead.result->Summary(order.inputs.size())
+                ? "prefetched on " + options_.node_name + " while the job waits: " + done
                 : "prefetch on " + options_.node_name +
                       " failed (staging tries again when the job starts): " +
-                      ahead.result.status().message();
+                      ahead.result.message();
         if (message.size() > 4000) message = message.substr(0, 4000) + "...";
         prefetch_reports_.push_back(
             {{"job_id", order.job_id}, {"attempt", order.attempt}, {"message", message}});

@@ -72,14 +72,20 @@ class InputStager {
   // launched tasks is in `running` any more.
   void Sweep(const std::vector<TaskRef>& running);
 
-  // Prefetch while pending (docs/fleet-staging.md): inputs of a job the
-  // server holds this node for, fetched into the cache before the job is
+  // Prefetch while pending (docs/fleet-staging.md): the inputs, code
+  // bundle and image of a job the server holds this node for, fetched into
+  // the cache (the image: pulled into podman's store) before the job is
   // admitted.
   struct PrefetchOrder {
     int64_t job_id = 0;
     int attempt = 1;
     std::string tenant;
     std::vector<StagedInput> inputs;
+    std::string code_bundle;  // "sha256:<hex>", or empty
+    int64_t code_bytes = 0;
+    std::string image;         // the job's image reference, or empty
+    std::string image_digest;  // what the server resolved it to
+    bool empty() const { return inputs.empty() && code_bundle.empty() && image.empty(); }
   };
   // The server's orders for this node, all of them (every sync reply
   // carries the full list). A new order starts fetching on a thread of its
@@ -135,9 +141,12 @@ class InputStager {
     std::thread thread;
     std::atomic<bool> cancel{false};
     std::atomic<bool> finished{false};
-    Result<StageResult> result = Status::OK();
+    Status result;
+    std::vector<std::string> done;  // what it fetched, for the report
     bool joined = false;
   };
+  // The prefetch thread's work: inputs, then the code bundle, then the image.
+  void RunPrefetch(Ahead* ahead);
   // Joins prefetches that ended (a report each unless cancelled) and drops
   // those no longer wanted.
   void ReapPrefetches();
@@ -148,11 +157,14 @@ class InputStager {
   // Lays out the job's code at attempt->code_dir (a bundle through the
   // cache, or a clone of a git commit); the summary goes to *summary.
   Status StageCode(Attempt* attempt, const JobSpec::Code& code, int64_t job, std::string* summary);
+  // A code bundle into the node cache, pinned for `holder` (fetched from the
+  // server when missing, verified, retried with the staging's backoff).
+  Result<ContentCache::Acquired> AcquireBundle(const std::string& tenant, const JobSpec::Code& code,
+                                               int64_t job, const std::string& holder,
+                                               std::atomic<bool>* cancel);
   Ready ReadyOf(const Attempt& attempt, TaskAssignment assignment) const;
   // Pulls the job's image (by digest) so the task does not spend its time on it.
-  Status PullImage(Attempt* attempt, const JobSpec& spec, std::string* summary);
-  // `program` as an absolute path: kept when it has a '/', else found in PATH.
-  static Result<std::string> FindProgram(const std::string& program);
+  Status PullImage(std::atomic<bool>* cancel, const JobSpec& spec, std::string* summary);
   static bool Contains(const std::vector<TaskRef>& refs, const TaskRef& ref);
 
   Options options_;

@@ -215,10 +215,18 @@ void FleetServer::AgentSync(Call& c) {
     for (const PrefetchOrder& order : prefetch_.For(request->node)) {
       json inputs = json::array();
       for (const StagedInput& input : order.inputs) inputs.push_back(ToJson(input));
-      prefetch.push_back({{"job_id", order.job_id},
-                          {"attempt", order.attempt},
-                          {"tenant", order.tenant},
-                          {"inputs", std::move(inputs)}});
+      json entry = {{"job_id", order.job_id},
+                    {"attempt", order.attempt},
+                    {"tenant", order.tenant},
+                    {"inputs", std::move(inputs)}};
+      if (!order.code.bundle.empty()) {
+        entry["code"] = {{"bundle", order.code.bundle}, {"bytes", order.code.bytes}};
+      }
+      if (!order.image.empty()) {
+        entry["image"] = order.image;
+        entry["image_digest"] = order.image_digest;
+      }
+      prefetch.push_back(std::move(entry));
     }
   }
   SendJson(c, 200,

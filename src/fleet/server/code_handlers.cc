@@ -98,14 +98,17 @@ void FleetServer::AgentGetCode(Call& c) {
   }
   Result<std::optional<Job>> job = store_->GetJob(Scope::All(), *job_id);
   if (!job.ok()) return SendStoreError(c, job.status());
-  // Only for a job that is placed and names this bundle: an agent reads
-  // what a job it runs declared, nothing else.
+  // Only for a job that is placed, or waits with nodes held for it (a
+  // prefetch order), and names this bundle: an agent reads what a job it
+  // runs or fetches ahead for declared, nothing else.
   const bool placed = job->has_value() &&
                       ((*job)->state == JobState::kAdmitted || (*job)->state == JobState::kRunning);
-  if (!placed || (*job)->spec.code.bundle != "sha256:" + hex) {
-    return SendProblem(
-        c, 404, "not-found",
-        "no code bundle sha256:" + hex + " for a placed job " + std::to_string(*job_id));
+  const bool ahead = job->has_value() && (*job)->state == JobState::kPending &&
+                     prefetch_.Find((*job)->id, (*job)->attempt).has_value();
+  if (!(placed || ahead) || (*job)->spec.code.bundle != "sha256:" + hex) {
+    return SendProblem(c, 404, "not-found",
+                       "no code bundle sha256:" + hex + " for a placed or held job " +
+                           std::to_string(*job_id));
   }
   const std::string path = CodePath((*job)->tenant_id, hex);
   auto file = std::make_shared<int>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

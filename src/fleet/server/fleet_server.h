@@ -445,6 +445,9 @@ class FleetServer {
   NodeCaches caches_;
   // What each node's agent fetches ahead for jobs still waiting (not stored either).
   PrefetchPlans prefetch_;
+  // Held jobs (job, attempt) found to need nothing fetched ahead; the
+  // scheduler thread's alone.
+  std::set<std::pair<int64_t, int>> nothing_ahead_;
 
   std::mutex log_mu_;
   std::condition_variable log_cv_;

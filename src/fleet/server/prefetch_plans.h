@@ -19,12 +19,17 @@
 
 namespace ferry::fleet::server_internal {
 
-// One job's inputs for one node to fetch ahead (sent in sync replies).
+// What one node fetches ahead for one job: its inputs, code bundle and
+// image (sent in sync replies).
 struct PrefetchOrder {
   int64_t job_id = 0;
   int attempt = 1;
   std::string tenant;  // its tenant's name (agents pick storage credentials by it)
   std::vector<StagedInput> inputs;
+  JobSpec::Code code;        // a bundle is fetched ahead; a git commit is not
+  std::string image;         // the job's image, pulled ahead
+  std::string image_digest;  // resolved at submission
+  bool empty() const { return inputs.empty() && code.bundle.empty() && image.empty(); }
   bool operator==(const PrefetchOrder& other) const {
     return job_id == other.job_id && attempt == other.attempt;
   }

@@ -365,3 +365,74 @@ def test_the_agent_runs_rootless_podman_as_its_own_user(fleet, registry, tmp_pat
                        env=env, capture_output=True, timeout=120,
                        user=user.pw_uid, group=user.pw_gid, cwd="/")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_waiting_job_has_its_image_pulled_on_its_reserved_node(fleet, registry, tmp_path):
+    # Prefetch while pending (docs/fleet-staging.md): the node held for a
+    # blocked job pulls its image before the job is admitted.
+    conf = containers_conf(tmp_path / "containers.conf")
+    ref = f"{registry.host}/ferry-ahead:1"
+    build_image(tmp_path, podman_env(tmp_path, "builder", conf), ref)
+    digest = manifest_digest(registry, "ferry-ahead", "1")
+    server = fleet.server(extra_args=["--rate", "0"])
+    envs = {}
+    for name in ("node-a", "node-b"):
+        envs[name] = podman_env(tmp_path, name, conf)
+        start_agent(fleet, server, name, envs[name])
+
+    def images(name):
+        return subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"],
+                              env=envs[name], capture_output=True, text=True, timeout=60).stdout
+
+    blocker = {"command": ["sleep", "600"], "gpus_per_task": 1, "max_retries": 0}
+    unlimited = submit(server, {"name": "unlimited", **blocker}).json()["id"]
+    server.wait_state(unlimited, ["RUNNING"], timeout=30)
+    bounded = submit(server, {"name": "bounded", "max_runtime_seconds": 600,
+                              **blocker}).json()["id"]
+    server.wait_state(bounded, ["RUNNING"], timeout=30)
+    held = server.job(bounded)["placement"][0]["node"]
+    other = "node-b" if held == "node-a" else "node-a"
+
+    waiting = submit(server, {"name": "in-image", "command": ["cat", "/etc/ferry-image"],
+                              "image": ref, "gpus_per_task": 1, "max_retries": 0}).json()["id"]
+    harness.wait_for(lambda: harness.events(server, waiting, "prefetched"), 90,
+                     "the prefetched event")
+    assert server.job(waiting)["state"] == "PENDING"
+    note = harness.events(server, waiting, "prefetched")[0]["message"]
+    assert f"prefetched on {held} while the job waits" in note, note
+    assert f"@{digest} pulled in" in note, note
+    assert digest in images(held), images(held)
+    assert digest not in images(other), images(other)
+
+    server.admin("POST", f"/v1/jobs/{bounded}:cancel", {})
+    job = server.wait_state(waiting, ["SUCCEEDED", "FAILED"], timeout=120)
+    out = "".join(c["data"] for c in server.logs(waiting))
+    assert job["state"] == "SUCCEEDED", (job, out)
+    assert job["attempts"][-1]["placement"][0]["node"] == held
+    assert "built for test_images" in out, out
+    server.admin("POST", f"/v1/jobs/{unlimited}:cancel", {})
+
+
+def test_a_restarted_agent_removes_the_containers_a_killed_one_left(fleet, registry, tmp_path):
+    conf = containers_conf(tmp_path / "containers.conf")
+    ref = f"{registry.host}/ferry-left:1"
+    build_image(tmp_path, podman_env(tmp_path, "builder", conf), ref)
+    server = fleet.server()
+    env = podman_env(tmp_path, "agent", conf)
+    agent = start_agent(fleet, server, "node-a", env)
+    job_id = submit(server, {"name": "long", "command": ["sleep", "600"], "image": ref,
+                             "gpus_per_task": 1, "max_retries": 0}).json()["id"]
+    server.wait_state(job_id, ["RUNNING"], timeout=120)
+    harness.wait_for(lambda: containers_named(env, f"ferry-{job_id}-"), 30, "the container")
+    agent.proc.kill9()  # the agent's group; the container lives on under conmon
+    time.sleep(1)
+    assert containers_named(env, f"ferry-{job_id}-"), "the container should outlive the agent"
+    agent.start().wait_ready()
+    harness.wait_for(lambda: not containers_named(env, f"ferry-{job_id}-"), 60,
+                     "the leftover container removed")
+    harness.wait_for(lambda: "removed 1 container(s) an earlier agent of this node left"
+                     in agent.proc.log(), 10, "the agent's note of the removal")
+    # A clean start after that finds no marker and calls no podman for it.
+    agent.stop()
+    agent.start().wait_ready()
+    assert "an earlier agent" not in agent.proc.log()

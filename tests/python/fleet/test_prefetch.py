@@ -5,6 +5,7 @@ into its cache while the job is still PENDING, so when the GPU frees the job
 finds everything in the cache. Counted bytes (the agents' /metrics and the
 `prefetched` and `staged` events) prove where the bytes came from and when."""
 
+import tarfile
 import time
 
 import pytest
@@ -12,17 +13,20 @@ import pytest
 import harness
 from harness import events, port_metric as metric
 import s3server
+from test_code import tar_gz, upload
 from test_staging import blob, register, s3  # noqa: F401 (s3: the SeaweedFS fixture)
 
 pytestmark = pytest.mark.skipif(s3server.missing() is not None,
                                 reason=s3server.missing() or "")
 
 
-def submit(server, name, command, inputs=(), max_runtime=None):
+def submit(server, name, command, inputs=(), max_runtime=None, code=None):
     body = {"name": name, "command": ["sh", "-c", command], "gpus_per_task": 1,
             "gpu_models": ["H200"], "inputs": list(inputs), "max_retries": 0}
     if max_runtime is not None:
         body["max_runtime_seconds"] = max_runtime
+    if code is not None:
+        body["code"] = code
     r = server.call("POST", "/v1/jobs", body)
     assert r.status == 201, r
     return r.json()["id"]
@@ -143,3 +147,41 @@ def test_prefetch_is_off_with_a_window_of_zero(fleet, s3, tmp_path):
     assert all(metric(p, "ferry_agent_cache_fetched_bytes_total") == 0 for p in ports.values())
     for job_id in blockers:
         server.admin("POST", f"/v1/jobs/{job_id}:cancel", {})
+
+
+def test_a_waiting_job_finds_its_code_bundle_already_on_its_reserved_node(fleet, s3, tmp_path):
+    server, ports = start_fleet(fleet, s3, tmp_path)
+    script = tarfile.TarInfo("main.sh")
+    script.mode = 0o755
+    bundle = tar_gz([(script, b"echo code-ran-$((6 * 7))\n" + b"#" * 200_000 + b"\n")])
+    r = upload(server, bundle)
+    assert r.status == 201, r
+    digest = r.json()["digest"]
+    unlimited = submit(server, "unlimited", "sleep 600")
+    server.wait_state(unlimited, ["RUNNING"], timeout=30)
+    bounded = submit(server, "bounded", "sleep 600", max_runtime=600)
+    server.wait_state(bounded, ["RUNNING"], timeout=30)
+    held = server.job(bounded)["placement"][0]["node"]
+    other = "node-b" if held == "node-a" else "node-a"
+
+    # No inputs: only the code bundle is there to fetch ahead.
+    coder = submit(server, "coder", 'sh "$FERRY_CODE_DIR"/main.sh', code={"bundle": digest})
+    harness.wait_for(lambda: events(server, coder, "prefetched"), 30, "the prefetched event")
+    assert server.job(coder)["state"] == "PENDING"
+    note = events(server, coder, "prefetched")[0]["message"]
+    assert f"prefetched on {held} while the job waits" in note, note
+    assert f"code bundle {digest[:19]}" in note and "fetched)" in note, note
+    assert metric(ports[held], "ferry_agent_cache_fetched_bytes_total") == len(bundle)
+    assert metric(ports[other], "ferry_agent_cache_fetched_bytes_total") == 0
+    assert metric(ports[held], "ferry_agent_cache_pinned_bytes") == len(bundle)
+
+    server.admin("POST", f"/v1/jobs/{bounded}:cancel", {})
+    done = server.wait_state(coder, ["SUCCEEDED", "FAILED"], timeout=60)
+    assert done["state"] == "SUCCEEDED", (done, server.logs(coder))
+    assert done["attempts"][-1]["placement"][0]["node"] == held
+    assert "code-ran-42" in "".join(c["data"] for c in server.logs(coder))
+    # Staging unpacked the bundle from the cache: no second download.
+    staged = events(server, coder, "staged")[0]["message"]
+    assert "from the node cache" in staged, staged
+    assert metric(ports[held], "ferry_agent_cache_fetched_bytes_total") == len(bundle)
+    server.admin("POST", f"/v1/jobs/{unlimited}:cancel", {})
