@@ -96,6 +96,7 @@ Status FleetServer::SchedulingPass() {
 
 void FleetServer::PlanPrefetches(const sched::Decision& decision, const sched::Snapshot& snapshot) {
   std::map<std::string, std::vector<PrefetchOrder>> plan;
+  std::set<std::pair<int64_t, int>> nothing_ahead;  // what stays known as nothing to fetch
   if (options_.prefetch_window_s > 0) {
     std::unordered_map<int64_t, const sched::PendingJob*> pending;
     for (const sched::PendingJob& job : snapshot.pending) pending[job.job_id] = &job;
@@ -108,8 +109,13 @@ void FleetServer::PlanPrefetches(const sched::Decision& decision, const sched::S
         continue;
       }
       auto it = pending.find(reason.job_id);
-      if (it == pending.end() || it->second->input_digests.empty()) continue;
+      if (it == pending.end()) continue;
       const int attempt = it->second->attempt;
+      // A job with no inputs, bundle or image is read once, not every pass.
+      if (nothing_ahead_.count({reason.job_id, attempt})) {
+        nothing_ahead.insert({reason.job_id, attempt});
+        continue;
+      }
       std::optional<PrefetchOrder> order = prefetch_.Find(reason.job_id, attempt);
       if (!order) {
         Result<std::optional<Job>> job = store_->GetJob(Scope::All(), reason.job_id);
@@ -122,10 +128,18 @@ void FleetServer::PlanPrefetches(const sched::Decision& decision, const sched::S
           continue;
         }
         order = PrefetchOrder{reason.job_id, attempt, (*job)->tenant, std::move(*inputs)};
+        if (!(*job)->spec.code.bundle.empty()) order->code = (*job)->spec.code;
+        order->image = (*job)->spec.image;
+        order->image_digest = (*job)->spec.image_digest;
+        if (order->empty()) {
+          nothing_ahead.insert({reason.job_id, attempt});
+          continue;
+        }
       }
       for (const std::string& node : reason.planned_nodes) plan[node].push_back(*order);
     }
   }
+  nothing_ahead_ = std::move(nothing_ahead);
   std::set<std::string> changed = prefetch_.Replace(std::move(plan));
   if (!changed.empty()) WakeNodes(changed);
 }
@@ -161,14 +175,14 @@ void FleetServer::ApplyPreemptions(const std::vector<sched::Preemption>& preempt
 void FleetServer::SchedulerLoop() {
   const auto interval =
       std::chrono::milliseconds(std::max<int64_t>(1, options_.schedule_interval_ms));
-  auto last_pass = std::chrono::milliseconds(0);
+  auto last_pass = std::chrono::microseconds(0);
   while (!stopping_.load()) {
     {
       // Wake-ups (submissions, exits) within a pass's own duration of the
-      // last one coalesce, so a burst against a long queue does not keep
-      // the scheduler busy all the time.
-      const auto gap = std::min<std::chrono::milliseconds>(
-          interval, std::max<std::chrono::milliseconds>(std::chrono::milliseconds(2), last_pass));
+      // last one coalesce, so a burst against a long queue keeps the
+      // scheduler busy half the time at most. A short pass leaves a short
+      // gap: a submission that arrives just after one waits no longer.
+      const auto gap = std::min<std::chrono::microseconds>(interval, last_pass);
       std::unique_lock<std::mutex> lock(sched_mu_);
       if (sched_cv_.wait_for(lock, gap, [&] { return stopping_.load(); })) break;
       sched_cv_.wait_for(lock, interval - gap, [&] { return sched_wake_ || stopping_.load(); });
@@ -178,7 +192,7 @@ void FleetServer::SchedulerLoop() {
     const auto started = std::chrono::steady_clock::now();
     Status status = SchedulingPass();
     if (!status.ok()) LogError("scheduling pass", status);
-    last_pass = std::chrono::duration_cast<std::chrono::milliseconds>(
+    last_pass = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - started);
   }
 }
