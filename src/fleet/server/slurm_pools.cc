@@ -1,14 +1,18 @@
 // The Slurm pools' controller (slurm_pools.h, docs/slurm.md).
 #include "fleet/server/slurm_pools.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -64,6 +68,33 @@ Status WriteFile(const fs::path& path, const std::string& text, mode_t mode) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
+  return Status::OK();
+}
+
+// Writes `text` to `path` in place (created or truncated), without the
+// temporary file and rename of WriteFile: for files nothing reads while
+// they are written (the run directory of an attempt not yet handed to
+// Slurm), where a torn file is rewritten by the next try anyway. Two
+// metadata operations fewer on the path of every submission.
+Status WriteFileInPlace(const fs::path& path, const std::string& text, mode_t mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return Status::IOError("cannot write " + path.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return Status::IOError("cannot write " + path.string() + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  // The mode asked for, whatever the umask (a no-op for a file just made).
+  ::fchmod(fd, mode);
+  if (::close(fd) != 0) {
+    return Status::IOError("cannot write " + path.string() + ": " + std::strerror(errno));
+  }
   return Status::OK();
 }
 
@@ -1103,6 +1134,7 @@ class SlurmController::Cluster {
     JobEntry entry;
     slurm::SubmitRequest request;
     std::optional<Result<int64_t>> answer;
+    int64_t answered_ms = 0;  // when Slurm's answer came (the event's time)
   };
 
   // Hands the prepared attempts to Slurm, up to submit_parallelism at once
@@ -1112,14 +1144,16 @@ class SlurmController::Cluster {
     if (pending.empty()) return false;
     const size_t width =
         std::min(pending.size(), static_cast<size_t>(std::max(1, settings_.submit_parallelism)));
+    auto submit = [this](PendingSubmit& p) {
+      p.answer = client_->Submit(p.request);
+      p.answered_ms = WallMs();
+    };
     if (width == 1) {
-      for (PendingSubmit& p : pending) p.answer = client_->Submit(p.request);
+      for (PendingSubmit& p : pending) submit(p);
     } else {
       std::atomic<size_t> next{0};
       auto work = [&] {
-        for (size_t i = next++; i < pending.size(); i = next++) {
-          pending[i].answer = client_->Submit(pending[i].request);
-        }
+        for (size_t i = next++; i < pending.size(); i = next++) submit(pending[i]);
       };
       std::vector<std::thread> workers;
       workers.reserve(width - 1);
@@ -1167,10 +1201,14 @@ class SlurmController::Cluster {
     }
 
     std::error_code ec;
-    fs::create_directories(entry.run_dir, ec);
-    if (ec) {
-      LogError("creating " + entry.run_dir.string(), Status::IOError(ec.message()));
-      return std::nullopt;
+    // One mkdir: the work directory exists (made at start) unless it was
+    // removed meanwhile.
+    if (::mkdir(entry.run_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      fs::create_directories(entry.run_dir, ec);
+      if (ec) {
+        LogError("creating " + entry.run_dir.string(), Status::IOError(ec.message()));
+        return std::nullopt;
+      }
     }
     const std::string title = "Ferry job " + std::to_string(entry.key.first) + ", attempt " +
                               std::to_string(entry.key.second) + " (" + entry.tag + ")";
@@ -1180,9 +1218,11 @@ class SlurmController::Cluster {
     const SlurmScripts scripts =
         MakeSlurmScripts(entry.run_dir.string(), title, command, spec.gpus_per_task,
                          layout.tasks_per_node > 0 ? layout.tasks_per_node : 1);
-    Status written = WriteFile(entry.run_dir / "task.sh", scripts.task, 0755);
-    if (written.ok()) written = WriteFile(entry.run_dir / "batch.sh", scripts.batch, 0755);
-    if (written.ok()) written = WriteFile(entry.run_dir / "intent", entry.tag + "\n", 0644);
+    // The task wrapper, then the intent marker (last: its existence is what
+    // a restart reads). The batch script goes to Slurm in the request; its
+    // copy in the run directory is written once Slurm answered.
+    Status written = WriteFileInPlace(entry.run_dir / "task.sh", scripts.task, 0755);
+    if (written.ok()) written = WriteFileInPlace(entry.run_dir / "intent", entry.tag + "\n", 0644);
     if (!written.ok()) {
       LogError("writing the scripts of " + entry.tag, written);
       return std::nullopt;
@@ -1251,7 +1291,8 @@ class SlurmController::Cluster {
     return PendingSubmit{std::move(entry), std::move(request), std::nullopt};
   }
 
-  // Slurm's answer to one submission: the job recorded, or refused.
+  // Slurm's answer to one submission: the job recorded, or refused. True
+  // when what the scheduler sees changed (a refusal ends the attempt).
   bool RecordSubmit(PendingSubmit p) {
     JobEntry& entry = p.entry;
     const slurm::SubmitRequest& request = p.request;
@@ -1298,10 +1339,16 @@ class SlurmController::Cluster {
         store_->NoteAttempt(entry.key.first, entry.key.second, "slurm_submitted", "",
                             "submitted to Slurm cluster " + config_.name + " as job " +
                                 std::to_string(*id) + " (" + where + ")",
-                            Actor(), WallMs());
+                            Actor(), p.answered_ms);
     if (!noted.ok()) LogError("noting the submission of " + entry.tag, noted.status());
+    // What was submitted, for whoever reads the run directory (nothing in
+    // Ferry reads it back).
+    Status kept = WriteFileInPlace(entry.run_dir / "batch.sh", request.script, 0755);
+    if (!kept.ok()) LogError("keeping the batch script of " + entry.tag, kept);
     jobs_.emplace(entry.key, std::move(entry));
-    return true;
+    // Only an event: the placement was committed at admission, so nothing
+    // the scheduler sees has changed and no pass is woken for it.
+    return false;
   }
 
   void HandleStops(const std::map<Key, int64_t>& stops) {

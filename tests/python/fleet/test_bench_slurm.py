@@ -31,9 +31,14 @@ def test_bench_slurm_smoke(tmp_path):
     assert "| Ferry cli, sequential" in done.stdout
     result = json.loads(out.read_text())
     assert [len(r["samples_s"]) for r in result["sbatch"]["runs"]] == [3, 3]
+    assert len(result["sbatch_same_job"]["samples_s"]) == 3
+    assert "| sbatch of Ferry's job" in done.stdout
     cli = result["ferry"]["cli"]
     assert cli["submission"]["sequential_latency_s"]["n"] == 3
     assert cli["submission"]["burst_latency_s"]["n"] == 3
+    # The breakdown of each one-at-a-time submission, from its own events.
+    assert {k: v["n"] for k, v in cli["submission"]["sequential_stages_s"].items()} == {
+        "post_to_pending_s": 3, "pending_to_admitted_s": 3, "admitted_to_submitted_s": 3}
     assert cli["lag"]["final_states"] == {"SUCCEEDED": 2}
     assert cli["lag"]["running_lag_s"]["n"] == 2 and cli["lag"]["terminal_lag_s"]["n"] == 2
     assert cli["server_log_issue_count"] == 0, cli["server_log_issues"]
