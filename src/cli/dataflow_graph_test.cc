@@ -167,7 +167,7 @@ class GraphCommand : public ::testing::Test {
     std::ofstream((dir_ / name).string()) << text;
     return (dir_ / name).string();
   }
-  int Run(GraphCommandOptions options) {
+  int Run(const GraphCommandOptions& options) {
     out_.str("");
     err_.str("");
     return RunGraphCommand(options, out_, err_);

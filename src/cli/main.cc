@@ -7,6 +7,7 @@
 //   ferry logs RUN_ID [NODE] [-f] [--log-dir D]   (`ferry logs JOB_ID`: the fleet's)
 //   ferry top [RUN_ID] [--once] [--json] [--interval S]
 //   ferry topic echo|hz RUN_ID/NODE/OUTPUT [--count N]
+//   ferry record RUN_ID -o DIR [NODE/OUTPUT ...] [--duration S] [--count N]
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -22,6 +23,7 @@
 
 #include "cli/dataflow_graph.h"
 #include "cli/dataflow_logs.h"
+#include "cli/dataflow_record.h"
 #include "cli/dataflow_top.h"
 #include "cli/dataflow_topic.h"
 #include "cli/fleet_cli.h"
@@ -170,8 +172,8 @@ int Main(int argc, char** argv) {
   }
 
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top, topic) and a "
-      "GPU job platform (server, agent, submit, jobs, ...)",
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top, topic, record) "
+      "and a GPU job platform (server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
@@ -262,6 +264,23 @@ int Main(int argc, char** argv) {
   topic_hz->add_option("--window", topic_window_s, "Seconds per report (default 1)")
       ->check(CLI::Range(0.05, 3600.0));
 
+  ferry::cli::RecordOptions record_options;
+  double record_duration_s = 0;
+  CLI::App* record = app.add_subcommand(
+      "record", "Record outputs of a running dataflow into Arrow IPC files (one per output)");
+  record->add_option("run_id", record_options.run_id, "The run id (or --name) of the dataflow")
+      ->required();
+  record->add_option("outputs", record_options.outputs,
+                     "NODE/OUTPUT (or NODE/OPERATOR/OUTPUT) to record (default: every output)");
+  record->add_option("-o,--output-dir", record_options.directory, "Directory for the files")
+      ->required();
+  record->add_option("--duration", record_duration_s, "Stop after this many seconds")
+      ->check(CLI::Range(0.001, 86400.0 * 365));
+  record
+      ->add_option("-n,--count", record_options.count,
+                   "Stop once every output recorded this many messages")
+      ->check(CLI::PositiveNumber);
+
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
   ferry::cli::FleetCommands fleet(app);
@@ -306,6 +325,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (ps->parsed()) return ListRuns(ps_json);
+  if (record->parsed()) {
+    record_options.duration =
+        std::chrono::milliseconds(static_cast<int64_t>(record_duration_s * 1000));
+    return ferry::cli::RunRecord(record_options, std::cout, std::cerr);
+  }
   if (topic->parsed()) {
     topic_options.hz = topic_hz->parsed();
     topic_options.window = std::chrono::milliseconds(static_cast<int64_t>(topic_window_s * 1000));

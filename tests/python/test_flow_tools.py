@@ -5,6 +5,7 @@ path that shares the command name) and `ferry top` (once, JSON, live)."""
 import html.parser
 import json
 import re
+import signal
 import subprocess
 import textwrap
 import time
@@ -557,4 +558,121 @@ def test_topic_errors(counting_flow, tmp_path):
     malformed = ferry("topic", "echo", "just-a-name")
     assert malformed.returncode == 1 and "RUN/NODE/OUTPUT" in malformed.stderr
     usage = ferry("topic", "echo")
+    assert usage.returncode == 2
+
+
+# ---- ferry record
+
+TWO_OUTPUTS = """\
+    import pyarrow as pa
+    from ferry.flow import Node
+
+    with Node() as node:
+        sent = 0
+        for event in node:
+            if event["type"] == "INPUT" and event["id"] == "tick":
+                node.send_output("numbers", pa.array([sent, sent * 10], pa.int64()),
+                                 {"frame": str(sent)})
+                node.send_output("table", pa.record_batch({
+                    "x": pa.array([sent, -sent], pa.int32()),
+                    "name": pa.array([f"n{sent}", None]),
+                    "score": pa.array([sent / 2, None], pa.float64())}))
+                sent += 1
+    """
+
+
+@pytest.fixture
+def two_output_flow(tmp_path):
+    write(tmp_path, "counter.py", TWO_OUTPUTS)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: counter
+            path: counter.py
+            inputs: {tick: ferry/timer/millis/10}
+            outputs: [numbers, table]
+          - id: sink
+            path: silent.py
+            inputs: {numbers: counter/numbers, table: counter/table}
+        """)
+    name = f"rec-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    wait_for(lambda: ferry("top", name, "--once", "--json").returncode == 0, run)
+    yield tmp_path, name, run
+    if run.poll() is None:
+        ferry("stop", name)
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
+def test_record_writes_arrow_ipc_files_pyarrow_and_polars_read(two_output_flow):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc
+    tmp_path, name, _ = two_output_flow
+    result = ferry("record", name, "-o", "rec", "--count", "20", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "counter/numbers: 20 messages" in result.stdout, result.stdout
+    assert "counter/table: 20 messages" in result.stdout, result.stdout
+
+    numbers = pyarrow.ipc.open_file(tmp_path / "rec" / "counter__numbers.arrow")
+    assert numbers.schema.field("time").type == pa.timestamp("us", tz="UTC")
+    assert numbers.schema.field("seq").type == pa.uint64()
+    assert numbers.schema.field("value").type == pa.list_(pa.int64())
+    assert numbers.schema.metadata[b"ferry.output"] == b"counter/numbers"
+    assert numbers.schema.metadata[b"ferry.kind"] == b"array"
+    table = numbers.read_all()
+    assert table.num_rows == 20
+    rows = table.to_pylist()
+    seqs = [row["seq"] for row in rows]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 20
+    for row in rows:
+        frame = int(json.loads(row["metadata"])["frame"])
+        assert row["value"] == [frame, frame * 10], row  # what was sent
+    times = [row["time"] for row in rows]
+    assert times == sorted(times)
+
+    batches = pyarrow.ipc.open_file(tmp_path / "rec" / "counter__table.arrow").read_all()
+    assert batches.schema.metadata[b"ferry.kind"] == b"batch"
+    for row in batches.to_pylist():
+        [first, second] = row["value"]
+        k = first["x"]
+        assert first == {"x": k, "name": f"n{k}", "score": k / 2}
+        assert second == {"x": -k, "name": None, "score": None}
+
+    polars = pytest.importorskip("polars")
+    frame = polars.read_ipc(tmp_path / "rec" / "counter__numbers.arrow")
+    assert frame.height == 20 and frame["value"].to_list() == [r["value"] for r in rows]
+
+
+def test_record_until_ctrl_c_leaves_complete_files(two_output_flow):
+    pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
+    tmp_path, name, _ = two_output_flow
+    recorder = subprocess.Popen([FERRY, "record", name, "counter/numbers", "-o", "rec"],
+                                cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    recorder.send_signal(signal.SIGINT)
+    out, err = recorder.communicate(timeout=30)
+    assert recorder.returncode == 0, err
+    m = re.search(r"counter/numbers: (\d+) messages", out)
+    assert m and int(m[1]) > 0, out
+    assert not (tmp_path / "rec" / "counter__table.arrow").exists()
+    table = pyarrow_ipc.open_file(tmp_path / "rec" / "counter__numbers.arrow").read_all()
+    assert table.num_rows == int(m[1])
+
+
+def test_record_errors(two_output_flow):
+    tmp_path, name, _ = two_output_flow
+    unknown = ferry("record", name, "counter/nothing", "-o", "rec", cwd=tmp_path)
+    assert unknown.returncode == 1
+    assert "no output 'counter/nothing' (outputs: counter/numbers, counter/table)" in unknown.stderr
+    missing = ferry("record", "nobody-here", "-o", "rec", cwd=tmp_path)
+    assert missing.returncode == 1 and "no dataflow 'nobody-here' is running" in missing.stderr
+    (tmp_path / "afile").write_text("")
+    blocked = ferry("record", name, "-o", "afile/rec", "--count", "1", cwd=tmp_path)
+    assert blocked.returncode == 1 and "afile" in blocked.stderr
+    usage = ferry("record", name, cwd=tmp_path)
     assert usage.returncode == 2
