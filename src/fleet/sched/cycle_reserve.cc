@@ -1,5 +1,7 @@
 // Backfill: reservations for blocked jobs, why a start cannot be planned,
 // and draining nodes for a job that can never start otherwise.
+#include <algorithm>
+
 #include "fleet/sched/cycle_run.h"
 
 namespace ferry::fleet::sched::internal {
@@ -127,8 +129,10 @@ void CycleRun::TryReserve(int index, const JobInfo& job, const std::vector<int>&
       {snap_.pending[static_cast<size_t>(index)].job_id, best_start, best_model});
   reservation_of_job_[static_cast<size_t>(index)] = id;
   PendingReason& reason = ReasonOf(static_cast<size_t>(index));
-  reason.message += "; reserved to start at t=" + FormatNumber(best_start) + " on " +
-                    std::to_string(used) + " node(s)";
+  // Relative: the server's clock is epoch seconds (explanation.planned_start
+  // gives the time of day), the simulator's the trace's.
+  reason.message += "; reserved to start in " + FormatNumber(std::max(0.0, best_start - now_)) +
+                    " s on " + std::to_string(used) + " node(s)";
   reason.planned_nodes = std::move(planned);
   reason.planned_start_s = best_start;
 }
