@@ -4,10 +4,16 @@
 // sub-tables after it, so every offset points forward as flatbuffers require.
 #include "cli/dataflow_ipc.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 
 namespace ferry::cli {
 namespace {
@@ -485,6 +491,395 @@ Status IpcFileWriter::Close() {
   file_ = nullptr;
   if (closed != 0) return Status::IOError("cannot write " + path_ + ": " + std::strerror(errno));
   return Status::OK();
+}
+
+// ---- Reading.
+
+namespace {
+
+// A damaged or foreign file; caught at the reader's entry points.
+struct Corrupt : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bounds-checked reads of the flatbuffer in bytes [begin, begin + size).
+class FlatbufferView {
+ public:
+  FlatbufferView(const uint8_t* begin, size_t size) : begin_(begin), size_(size) {}
+
+  template <typename T>
+  T Read(size_t at) const {
+    if (at > size_ || sizeof(T) > size_ - at) throw Corrupt("an offset points outside");
+    T value;
+    std::memcpy(&value, begin_ + at, sizeof(T));
+    return value;
+  }
+  size_t Root() const { return Read<uint32_t>(0); }
+  // Where field `id` of the table at `table` is stored (0: absent).
+  size_t Field(size_t table, int id) const {
+    const int64_t vtable = static_cast<int64_t>(table) - Read<int32_t>(table);
+    if (vtable < 0) throw Corrupt("a vtable lies outside");
+    const auto vtable_size = Read<uint16_t>(static_cast<size_t>(vtable));
+    const size_t entry = 4 + 2 * static_cast<size_t>(id);
+    if (entry + 2 > vtable_size) return 0;
+    const auto offset = Read<uint16_t>(static_cast<size_t>(vtable) + entry);
+    return offset == 0 ? 0 : table + offset;
+  }
+  template <typename T>
+  T Scalar(size_t table, int id, T fallback) const {
+    const size_t at = Field(table, id);
+    return at == 0 ? fallback : Read<T>(at);
+  }
+  // What an offset field points to (0: absent).
+  size_t Ref(size_t table, int id) const {
+    const size_t at = Field(table, id);
+    return at == 0 ? 0 : at + Read<uint32_t>(at);
+  }
+  std::string String(size_t table, int id) const {
+    const size_t at = Ref(table, id);
+    if (at == 0) return "";
+    const auto length = Read<uint32_t>(at);
+    if (length > size_ - at - 4) throw Corrupt("a string runs past the end");
+    return std::string(reinterpret_cast<const char*>(begin_ + at + 4), length);
+  }
+  // A vector field: where its elements begin and how many there are.
+  std::pair<size_t, size_t> Vector(size_t table, int id, size_t element_size) const {
+    const size_t at = Ref(table, id);
+    if (at == 0) return {0, 0};
+    const size_t count = Read<uint32_t>(at);
+    if (count * element_size > size_ - at - 4) throw Corrupt("a vector runs past the end");
+    return {at + 4, count};
+  }
+  // The tables of a vector of tables.
+  std::vector<size_t> Tables(size_t table, int id) const {
+    auto [first, count] = Vector(table, id, 4);
+    std::vector<size_t> tables;
+    for (size_t i = 0; i < count; ++i)
+      tables.push_back(first + 4 * i + Read<uint32_t>(first + 4 * i));
+    return tables;
+  }
+
+ private:
+  const uint8_t* begin_;
+  size_t size_;
+};
+
+TimeUnit UnitFromCode(int16_t code) {
+  if (code < 0 || code > 3) throw Corrupt("unknown time unit " + std::to_string(code));
+  return static_cast<TimeUnit>(code);
+}
+
+Metadata ReadKeyValues(const FlatbufferView& fb, size_t table, int id) {
+  Metadata metadata;
+  for (size_t pair : fb.Tables(table, id))
+    metadata.emplace_back(fb.String(pair, 0), fb.String(pair, 1));
+  return metadata;
+}
+
+ferry::Field ReadField(const FlatbufferView& fb, size_t at, int depth) {
+  if (depth > 64) throw Corrupt("types nested too deeply");
+  std::vector<ferry::Field> children;
+  for (size_t child : fb.Tables(at, 5)) children.push_back(ReadField(fb, child, depth + 1));
+  const auto tag = fb.Scalar<uint8_t>(at, 2, 0);
+  const size_t type = fb.Ref(at, 3);
+  if (fb.Ref(at, 4) != 0) throw Corrupt("dictionary-encoded fields are not read");
+  auto child = [&]() -> ferry::Field {
+    if (children.size() != 1) throw Corrupt("a list type without exactly one child");
+    return children[0];
+  };
+  TypePtr result;
+  switch (tag) {
+    case kTagNull:
+      result = null();
+      break;
+    case kTagBool:
+      result = boolean();
+      break;
+    case kTagInt: {
+      const int32_t bits = type == 0 ? 0 : fb.Scalar<int32_t>(type, 0, 0);
+      const bool is_signed = type != 0 && fb.Scalar<uint8_t>(type, 1, 0) != 0;
+      switch (bits) {
+        case 8:
+          result = is_signed ? int8() : uint8();
+          break;
+        case 16:
+          result = is_signed ? int16() : uint16();
+          break;
+        case 32:
+          result = is_signed ? int32() : uint32();
+          break;
+        case 64:
+          result = is_signed ? int64() : uint64();
+          break;
+        default:
+          throw Corrupt("an integer of " + std::to_string(bits) + " bits");
+      }
+      break;
+    }
+    case kTagFloatingPoint: {
+      const int16_t precision = type == 0 ? 0 : fb.Scalar<int16_t>(type, 0, 0);
+      if (precision < 0 || precision > 2) throw Corrupt("unknown float precision");
+      result = precision == 0 ? float16() : precision == 1 ? float32() : float64();
+      break;
+    }
+    case kTagBinary:
+      result = binary();
+      break;
+    case kTagUtf8:
+      result = utf8();
+      break;
+    case kTagLargeBinary:
+      result = large_binary();
+      break;
+    case kTagLargeUtf8:
+      result = large_utf8();
+      break;
+    case kTagFixedSizeBinary:
+      result = fixed_size_binary(fb.Scalar<int32_t>(type, 0, 0));
+      break;
+    case kTagDate:
+      result = fb.Scalar<int16_t>(type, 0, 1) == 0 ? date32() : date64();
+      break;
+    case kTagTime: {
+      const TimeUnit unit = UnitFromCode(fb.Scalar<int16_t>(type, 0, 1));
+      result = fb.Scalar<int32_t>(type, 1, 32) == 32 ? time32(unit) : time64(unit);
+      break;
+    }
+    case kTagTimestamp:
+      result = timestamp(UnitFromCode(fb.Scalar<int16_t>(type, 0, 0)), fb.String(type, 1));
+      break;
+    case kTagDuration:
+      result = duration(UnitFromCode(fb.Scalar<int16_t>(type, 0, 1)));
+      break;
+    case kTagList:
+      result = list(child());
+      break;
+    case kTagLargeList:
+      result = large_list(child());
+      break;
+    case kTagFixedSizeList:
+      result = fixed_size_list(child(), fb.Scalar<int32_t>(type, 0, 0));
+      break;
+    case kTagStruct:
+      result = struct_(children);
+      break;
+    default:
+      throw Corrupt("a field of a type Ferry does not read (type tag " + std::to_string(tag) + ")");
+  }
+  if (type == 0 && tag != kTagNull) throw Corrupt("a field without its type");
+  return ferry::field(fb.String(at, 0), result, fb.Scalar<uint8_t>(at, 1, 0) != 0,
+                      ReadKeyValues(fb, at, 6));
+}
+
+SchemaPtr ReadSchema(const FlatbufferView& fb, size_t at) {
+  auto schema = std::make_shared<Schema>();
+  if (fb.Scalar<int16_t>(at, 0, 0) != 0) throw Corrupt("a big-endian file");
+  for (size_t field : fb.Tables(at, 1)) schema->fields.push_back(ReadField(fb, field, 0));
+  schema->metadata = ReadKeyValues(fb, at, 2);
+  return schema;
+}
+
+// Rebuilds arrays from a record batch's field nodes and buffers.
+struct BodyReader {
+  const FlatbufferView& fb;
+  size_t nodes_at, node_count, buffers_at, buffer_count;
+  const uint8_t* body;
+  int64_t body_length;
+  std::shared_ptr<const void> owner;
+  size_t next_node = 0, next_buffer = 0;
+
+  BufferPtr NextBuffer() {
+    if (next_buffer >= buffer_count) throw Corrupt("fewer buffers than the schema needs");
+    const size_t at = buffers_at + 16 * next_buffer++;
+    const auto offset = fb.Read<int64_t>(at);
+    const auto length = fb.Read<int64_t>(at + 8);
+    if (offset < 0 || length < 0 || offset > body_length || length > body_length - offset) {
+      throw Corrupt("a buffer lies outside the message body");
+    }
+    if (length == 0) return nullptr;
+    return std::make_shared<Buffer>(body + offset, length, owner);
+  }
+  static void Need(const BufferPtr& buffer, int64_t bytes) {
+    if (bytes > 0 && (buffer == nullptr || buffer->size() < bytes)) {
+      throw Corrupt("a buffer is shorter than its array");
+    }
+  }
+
+  ArrayDataPtr Next(const TypePtr& type) {
+    if (next_node >= node_count) throw Corrupt("fewer field nodes than the schema needs");
+    const size_t at = nodes_at + 16 * next_node++;
+    auto data = std::make_shared<ArrayData>();
+    data->type = type;
+    data->length = fb.Read<int64_t>(at);
+    data->null_count = fb.Read<int64_t>(at + 8);
+    if (data->length < 0 || data->null_count < 0 || data->null_count > data->length) {
+      throw Corrupt("a field node with a bad length or null count");
+    }
+    if (type->id == TypeId::kNull) {
+      data->null_count = data->length;
+      return data;
+    }
+    BufferPtr validity = NextBuffer();
+    if (data->null_count > 0) Need(validity, (data->length + 7) / 8);
+    data->buffers.push_back(data->null_count > 0 ? validity : nullptr);
+    switch (type->id) {
+      case TypeId::kStruct:
+        for (const auto& child : type->children) {
+          data->children.push_back(Next(child.type));
+          if (data->children.back()->length < data->length) throw Corrupt("a short struct child");
+        }
+        break;
+      case TypeId::kFixedSizeList:
+        data->children.push_back(Next(type->children.at(0).type));
+        if (data->children.back()->length < data->length * type->list_size) {
+          throw Corrupt("a short fixed-size list child");
+        }
+        break;
+      case TypeId::kList:
+      case TypeId::kLargeList:
+      case TypeId::kBinary:
+      case TypeId::kUtf8:
+      case TypeId::kLargeBinary:
+      case TypeId::kLargeUtf8: {
+        const bool large = type->id == TypeId::kLargeList || type->id == TypeId::kLargeBinary ||
+                           type->id == TypeId::kLargeUtf8;
+        const int width = large ? 8 : 4;
+        BufferPtr offsets = NextBuffer();
+        Need(offsets, data->length == 0 ? 0 : (data->length + 1) * width);
+        // Offsets must rise and stay within what follows.
+        int64_t previous = 0, last = 0;
+        for (int64_t i = 0; i <= data->length && data->length > 0; ++i) {
+          const int64_t value =
+              large ? offsets->data_as<int64_t>()[i] : offsets->data_as<int32_t>()[i];
+          if (value < previous) throw Corrupt("offsets that go down");
+          previous = last = value;
+        }
+        data->buffers.push_back(offsets);
+        if (type->id == TypeId::kList || type->id == TypeId::kLargeList) {
+          data->children.push_back(Next(type->children.at(0).type));
+          if (data->children.back()->length < last) throw Corrupt("a short list child");
+        } else {
+          BufferPtr values = NextBuffer();
+          Need(values, last);
+          data->buffers.push_back(values);
+        }
+        break;
+      }
+      case TypeId::kBool: {
+        BufferPtr values = NextBuffer();
+        Need(values, (data->length + 7) / 8);
+        data->buffers.push_back(values);
+        break;
+      }
+      default: {
+        BufferPtr values = NextBuffer();
+        Need(values, data->length * type->fixed_width());
+        data->buffers.push_back(values);
+      }
+    }
+    return data;
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<IpcFileReader>> IpcFileReader::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError("cannot open " + path + ": " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || info.st_size < 32) {
+    ::close(fd);
+    return Status::Invalid(path + " is not an Arrow IPC file (too short)");
+  }
+  const auto size = static_cast<size_t>(info.st_size);
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED)
+    return Status::IOError("cannot map " + path + ": " + std::strerror(errno));
+  std::unique_ptr<IpcFileReader> reader(new IpcFileReader());
+  reader->path_ = path;
+  reader->mapping_ = std::shared_ptr<const std::string_view>(
+      new std::string_view(static_cast<const char*>(mapped), size),
+      [size](const std::string_view* view) {
+        ::munmap(const_cast<char*>(view->data()), size);
+        delete view;
+      });
+  const std::string_view file = *reader->mapping_;
+  try {
+    if (file.substr(0, 6) != "ARROW1" || file.substr(size - 6) != "ARROW1") {
+      throw Corrupt("no ARROW1 magic at its start and end");
+    }
+    int32_t footer_length = 0;
+    std::memcpy(&footer_length, file.data() + size - 10, 4);
+    if (footer_length <= 0 || static_cast<size_t>(footer_length) > size - 18) {
+      throw Corrupt("a bad footer length");
+    }
+    const auto* footer = reinterpret_cast<const uint8_t*>(file.data()) + size - 10 - footer_length;
+    const FlatbufferView fb(footer, static_cast<size_t>(footer_length));
+    const size_t root = fb.Root();
+    const size_t schema = fb.Ref(root, 1);
+    if (schema == 0) throw Corrupt("a footer without a schema");
+    reader->schema_ = ReadSchema(fb, schema);
+    if (fb.Vector(root, 2, 24).second != 0) throw Corrupt("dictionary batches are not read");
+    auto [first, count] = fb.Vector(root, 3, 24);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t at = first + 24 * i;
+      Block block{fb.Read<int64_t>(at), fb.Read<int32_t>(at + 8), fb.Read<int64_t>(at + 16)};
+      if (block.offset < 8 || block.metadata_length < 8 || block.body_length < 0 ||
+          static_cast<uint64_t>(block.offset) + static_cast<uint64_t>(block.metadata_length) +
+                  static_cast<uint64_t>(block.body_length) >
+              size) {
+        throw Corrupt("a record batch block outside the file");
+      }
+      reader->blocks_.push_back(block);
+    }
+  } catch (const Corrupt& problem) {
+    return Status::Invalid(path + " is not an Arrow IPC file Ferry reads: " + problem.what());
+  }
+  return reader;
+}
+
+Result<std::pair<int64_t, std::vector<ArrayDataPtr>>> IpcFileReader::ReadBatch(
+    int64_t index) const {
+  if (index < 0 || index >= num_batches())
+    return Status::Invalid("no batch " + std::to_string(index));
+  const Block& block = blocks_[static_cast<size_t>(index)];
+  const auto* base = reinterpret_cast<const uint8_t*>(mapping_->data());
+  try {
+    // The encapsulated message: continuation, length, flatbuffer, body.
+    uint32_t continuation = 0;
+    int32_t length = 0;
+    std::memcpy(&continuation, base + block.offset, 4);
+    std::memcpy(&length, base + block.offset + 4, 4);
+    if (continuation != 0xFFFFFFFF || length <= 0 || length > block.metadata_length - 8) {
+      throw Corrupt("a record batch message without its prefix");
+    }
+    const FlatbufferView fb(base + block.offset + 8, static_cast<size_t>(length));
+    const size_t message = fb.Root();
+    if (fb.Scalar<uint8_t>(message, 1, 0) != 3) throw Corrupt("a block that is no record batch");
+    const size_t batch = fb.Ref(message, 2);
+    if (batch == 0) throw Corrupt("a record batch message without its header");
+    if (fb.Ref(batch, 3) != 0) throw Corrupt("compressed buffers are not read");
+    const auto rows = fb.Scalar<int64_t>(batch, 0, 0);
+    auto [nodes_at, node_count] = fb.Vector(batch, 1, 16);
+    auto [buffers_at, buffer_count] = fb.Vector(batch, 2, 16);
+    BodyReader body{fb,
+                    nodes_at,
+                    node_count,
+                    buffers_at,
+                    buffer_count,
+                    base + block.offset + block.metadata_length,
+                    block.body_length,
+                    mapping_};
+    std::vector<ArrayDataPtr> columns;
+    for (const ferry::Field& field : schema_->fields) {
+      columns.push_back(body.Next(field.type));
+      if (columns.back()->length < rows) throw Corrupt("a column shorter than its batch");
+    }
+    return std::make_pair(rows, std::move(columns));
+  } catch (const Corrupt& problem) {
+    return Status::Invalid(path_ + ", batch " + std::to_string(index) + ": " + problem.what());
+  }
 }
 
 }  // namespace ferry::cli

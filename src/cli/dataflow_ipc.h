@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,34 @@ class IpcFileWriter {
   std::string path_;
   SchemaPtr schema_;
   int64_t position_ = 0;
+  std::vector<Block> blocks_;
+};
+
+// A reader of Arrow IPC files of the types IpcFileWriter writes
+// (uncompressed, little endian, no dictionaries): what `ferry replay` reads.
+// The file is mapped read-only; arrays point into the mapping, which lives
+// as long as any of them (or the reader) does. A file that is not such an
+// Arrow IPC file, or is damaged, gives Invalid naming the file and the
+// problem; nothing outside the mapping is ever read.
+class IpcFileReader {
+ public:
+  static Result<std::unique_ptr<IpcFileReader>> Open(const std::string& path);
+
+  const SchemaPtr& schema() const { return schema_; }
+  int64_t num_batches() const { return static_cast<int64_t>(blocks_.size()); }
+  // Batch `index` (0 <= index < num_batches()): its rows and columns.
+  Result<std::pair<int64_t, std::vector<ArrayDataPtr>>> ReadBatch(int64_t index) const;
+
+ private:
+  struct Block {
+    int64_t offset;
+    int32_t metadata_length;
+    int64_t body_length;
+  };
+  IpcFileReader() = default;
+  std::string path_;
+  std::shared_ptr<const std::string_view> mapping_;  // the whole file
+  SchemaPtr schema_;
   std::vector<Block> blocks_;
 };
 

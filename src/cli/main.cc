@@ -8,6 +8,7 @@
 //   ferry top [RUN_ID] [--once] [--json] [--interval S]
 //   ferry topic echo|hz RUN_ID/NODE/OUTPUT [--count N]
 //   ferry record RUN_ID -o DIR [NODE/OUTPUT ...] [--duration S] [--count N]
+//   ferry replay DIR [--speed max|recorded] [--source NODE]   (a node of a dataflow)
 //   ferry runtime            (started by `ferry run` for runtime nodes)
 //   ferry version | ferry --version
 //   ferry server | agent | submit | jobs | status | logs | cancel | nodes | whoami | admin
@@ -24,6 +25,7 @@
 #include "cli/dataflow_graph.h"
 #include "cli/dataflow_logs.h"
 #include "cli/dataflow_record.h"
+#include "cli/dataflow_replay.h"
 #include "cli/dataflow_top.h"
 #include "cli/dataflow_topic.h"
 #include "cli/fleet_cli.h"
@@ -172,8 +174,8 @@ int Main(int argc, char** argv) {
   }
 
   CLI::App app{
-      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top, topic, record) "
-      "and a GPU job platform (server, agent, submit, jobs, ...)",
+      "Ferry: zero-copy Arrow dataflows (run, check, ps, stop, graph, logs, top, topic, "
+      "record, replay) and a GPU job platform (server, agent, submit, jobs, ...)",
       "ferry"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
@@ -281,6 +283,19 @@ int Main(int argc, char** argv) {
                    "Stop once every output recorded this many messages")
       ->check(CLI::PositiveNumber);
 
+  ferry::cli::ReplayOptions replay_options;
+  std::string replay_speed = "max";
+  CLI::App* replay = app.add_subcommand(
+      "replay", "Send a recording on this node's outputs (as a node of a dataflow: path: ferry)");
+  replay->add_option("directory", replay_options.directory, "The directory `ferry record` wrote")
+      ->required();
+  replay
+      ->add_option("--speed", replay_speed,
+                   "max (as fast as the consumers take it; default) or recorded")
+      ->check(CLI::IsMember({"max", "recorded"}));
+  replay->add_option("--source", replay_options.source,
+                     "Replay the recorded outputs of this node (default: this node's id)");
+
   app.add_subcommand("runtime", "Host the operators of a runtime node (started by `ferry run`)");
   CLI::App* version = app.add_subcommand("version", "Print the version");
   ferry::cli::FleetCommands fleet(app);
@@ -325,6 +340,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (ps->parsed()) return ListRuns(ps_json);
+  if (replay->parsed()) {
+    replay_options.recorded_speed = replay_speed == "recorded";
+    return ferry::cli::RunReplay(replay_options, std::cout, std::cerr);
+  }
   if (record->parsed()) {
     record_options.duration =
         std::chrono::milliseconds(static_cast<int64_t>(record_duration_s * 1000));

@@ -676,3 +676,118 @@ def test_record_errors(two_output_flow):
     assert blocked.returncode == 1 and "afile" in blocked.stderr
     usage = ferry("record", name, cwd=tmp_path)
     assert usage.returncode == 2
+
+
+# ---- ferry replay
+
+PRINTER = """\
+    from ferry.flow import Node
+
+    with Node() as node:
+        for event in node:
+            if event["type"] == "INPUT":
+                value = event["value"]
+                print(event["id"], event["metadata"].get("frame"), value.to_pylist(), flush=True)
+    """
+
+
+def test_replay_reproduces_what_a_consumer_saw(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow.ipc
+    live = tmp_path / "live"
+    live.mkdir()
+    write(live, "counter.py", TWO_OUTPUTS)
+    write(live, "printer.py", PRINTER)
+    write(live, "dataflow.yml", """\
+        nodes:
+          - id: counter
+            path: counter.py
+            inputs: {tick: ferry/timer/millis/10}
+            outputs: [numbers, table]
+          - id: printer
+            path: printer.py
+            inputs: {numbers: counter/numbers, table: counter/table}
+        """)
+    name = f"replay-{uuid.uuid4().hex[:8]}"
+    run = start_run(live, name, "--log-dir", "logs")
+    try:
+        wait_for(lambda: ferry("top", name, "--once", "--json").returncode == 0, run)
+        recorded = ferry("record", name, "-o", str(tmp_path / "rec"), "--count", "40")
+        assert recorded.returncode == 0, recorded.stderr
+        assert ferry("stop", name).returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    numbers = pyarrow.ipc.open_file(tmp_path / "rec" / "counter__numbers.arrow").read_all()
+    seqs = numbers.column("seq").to_pylist()
+    assert seqs == list(range(seqs[0], seqs[0] + 40)), seqs  # nothing missed
+    live_lines = (live / "logs" / "printer.log").read_text().splitlines()
+
+    # A replay of the recording into the same consumer, in a dataflow of its own.
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    write(replay, "printer.py", PRINTER)
+    write(replay, "dataflow.yml", f"""\
+        nodes:
+          - id: counter
+            path: {FERRY}
+            args: replay ../rec --speed recorded
+            outputs: [numbers, table]
+          - id: printer
+            path: printer.py
+            inputs: {{numbers: counter/numbers, table: counter/table}}
+        """)
+    result = ferry("run", "dataflow.yml", "--log-dir", "logs", cwd=replay)
+    assert result.returncode == 0, result.stdout + result.stderr
+    m = re.search(r"\[counter\] replayed 80 messages in ([\d.]+) s", result.stdout)
+    assert m, result.stdout
+    replayed_lines = (replay / "logs" / "printer.log").read_text().splitlines()
+    for input_id in ("numbers", "table"):
+        mine = [line for line in replayed_lines if line.startswith(input_id + " ")]
+        assert len(mine) == 40, replayed_lines
+        # Exactly the consumer's lines of the recorded stretch, in order.
+        theirs = [line for line in live_lines if line.startswith(input_id + " ")]
+        start = theirs.index(mine[0])
+        assert theirs[start:start + 40] == mine, (input_id, mine[:3])
+    # At the recorded pace: the recording spans about 40 ticks of 10 ms.
+    times = numbers.column("time").to_pylist()
+    span = (times[-1] - times[0]).total_seconds()
+    assert float(m[1]) >= 0.8 * span, (m[1], span)
+
+    # As fast as possible: the same lines, sooner.
+    text = (replay / "dataflow.yml").read_text().replace("--speed recorded", "--speed max")
+    (replay / "dataflow.yml").write_text(text)
+    fast = ferry("run", "dataflow.yml", "--log-dir", "logs-max", cwd=replay)
+    assert fast.returncode == 0, fast.stdout + fast.stderr
+    m_fast = re.search(r"\[counter\] replayed 80 messages in ([\d.]+) s", fast.stdout)
+    assert m_fast and float(m_fast[1]) < max(float(m[1]) / 2, 0.05), (m_fast, m[1])
+    fast_lines = (replay / "logs-max" / "printer.log").read_text().splitlines()
+    for input_id in ("numbers", "table"):
+        assert ([line for line in fast_lines if line.startswith(input_id + " ")] ==
+                [line for line in replayed_lines if line.startswith(input_id + " ")])
+
+
+def test_replay_errors(tmp_path):
+    outside = ferry("replay", str(tmp_path), cwd=tmp_path)
+    assert outside.returncode == 1 and "runs as a node of a dataflow" in outside.stderr
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "junk.arrow").write_text("not arrow")
+    write(tmp_path, "dataflow.yml", f"""\
+        nodes:
+          - id: counter
+            path: {FERRY}
+            args: replay rec
+            outputs: [numbers]
+        """)
+    missing = ferry("run", "dataflow.yml", "--log-dir", "logs", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "no recording for output 'numbers' of node 'counter'" in missing.stderr, missing.stderr
+    assert "(recordings: none)" in missing.stderr
+    (tmp_path / "dataflow.yml").write_text(
+        (tmp_path / "dataflow.yml").read_text().replace("replay rec", "replay nowhere"))
+    nodir = ferry("run", "dataflow.yml", "--log-dir", "logs", cwd=tmp_path)
+    assert nodir.returncode == 1 and "no recording directory nowhere" in nodir.stderr, nodir.stderr
+    bad_speed = ferry("replay", "rec", "--speed", "warp", cwd=tmp_path)
+    assert bad_speed.returncode == 2
