@@ -5,13 +5,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "cli/dataflow_topic.h"
+#include "ferry/flow/transport.h"
 #include "flow/daemon/daemon.h"
 
 namespace ferry::cli {
@@ -150,10 +156,19 @@ json TopRows(const TopSample* before, const TopSample& after, int64_t ticks_per_
     row["bytes_copied"] = SumOf(outputs, "bytes_copied");
     row["messages_per_s"] = nullptr;
     row["bytes_per_s"] = nullptr;
-    // Rates only for an instance whose own traffic is in the counters: a
-    // running one that has not reported would show a misleading zero.
+    // Live rates from the taps; else only for an instance whose own traffic
+    // is in the counters (a running one that has not reported would show a
+    // misleading zero).
     const bool live = node.value("running_instance_reported", false);
-    if (auto then = earlier.find(id); live && then != earlier.end() && seconds > 0) {
+    auto tapped_now = after.tapped.find(id);
+    const bool tapped = before != nullptr && seconds > 0 && tapped_now != after.tapped.end() &&
+                        before->tapped.count(id) > 0;
+    if (tapped) {
+      const TappedCount& then = before->tapped.at(id);
+      row["messages_per_s"] =
+          static_cast<double>(tapped_now->second.messages - then.messages) / seconds;
+      row["bytes_per_s"] = static_cast<double>(tapped_now->second.bytes - then.bytes) / seconds;
+    } else if (auto then = earlier.find(id); live && then != earlier.end() && seconds > 0) {
       const json old_outputs = then->second.value("outputs", json::object());
       row["messages_per_s"] =
           static_cast<double>(messages - SumOf(old_outputs, "messages")) / seconds;
@@ -206,8 +221,125 @@ std::string FormatTop(const json& dataflow) {
 
 namespace {
 
+// Taps on every output of one run, drained on a thread of their own so that
+// their queues never fill between two samples. An output whose producer is
+// gone (or not accepting yet) is tried again every second.
+class OutputTaps {
+ public:
+  explicit OutputTaps(const std::string& run_id) {
+    auto described = flow::daemon::DescribeDataflow(run_id, std::chrono::seconds(2));
+    if (!described.ok()) return;
+    for (const auto& node : described->description.value("nodes", json::array())) {
+      for (const auto& output : node.value("outputs", json::array())) {
+        auto tap = std::make_unique<Tap>();
+        tap->node = node.value("id", "");
+        tap->channel = output.value("channel", "");
+        taps_.push_back(std::move(tap));
+        counts_[taps_.back()->node];  // a tapped node counts from zero
+      }
+    }
+    if (taps_.empty()) return;
+    thread_ = std::thread([this] { Drain(); });
+    // Counting starts once the taps had their first chance to connect, so a
+    // first sample taken now is not followed by a connection that makes the
+    // first interval look slow.
+    std::unique_lock<std::mutex> lock(mutex_);
+    started_.wait_for(lock, std::chrono::seconds(2), [this] { return first_round_done_; });
+  }
+  ~OutputTaps() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  OutputTaps(const OutputTaps&) = delete;
+  OutputTaps& operator=(const OutputTaps&) = delete;
+
+  std::map<std::string, TappedCount> Counts() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counts_;
+  }
+
+ private:
+  struct Tap {
+    std::string node;
+    std::string channel;
+    std::unique_ptr<flow::Subscriber> subscriber;
+    uint64_t last_sequence = 0;
+    std::chrono::steady_clock::time_point retry_at{};
+  };
+
+  void Drain() {
+    flow::SubscriberOptions options;
+    options.queue_capacity = 1024;
+    options.overflow = flow::OverflowPolicy::kDropOldest;
+    options.connect_timeout = std::chrono::milliseconds(200);
+    flow::WaitSet waitset;
+    int connected = 0;
+    while (!stop_.load()) {
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& tap : taps_) {
+        if (tap->subscriber != nullptr || now < tap->retry_at) continue;
+        auto subscriber = flow::Subscriber::Connect(tap->channel, options);
+        if (subscriber.ok()) {
+          tap->subscriber = std::move(subscriber).MoveValueUnsafe();
+          tap->last_sequence = 0;
+          waitset.Add(tap->subscriber.get());
+          ++connected;
+        } else {
+          tap->retry_at = now + std::chrono::seconds(1);
+        }
+      }
+      if (!first_round_done_) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        first_round_done_ = true;
+        started_.notify_all();
+      }
+      if (connected == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      auto ready = waitset.Wait(std::chrono::milliseconds(100));
+      if (!ready.ok()) break;
+      for (auto& tap : taps_) {
+        if (tap->subscriber == nullptr) continue;
+        int64_t messages = 0, bytes = 0;
+        for (int taken = 0; taken < 4096; ++taken) {
+          auto message = tap->subscriber->TryReceive();
+          if (!message.ok() || (!message->has_value() && tap->subscriber->publisher_gone())) {
+            waitset.Remove(tap->subscriber.get());
+            --connected;
+            tap->subscriber.reset();  // a restarted producer is a new publisher
+            tap->retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+            break;
+          }
+          if (!message->has_value()) break;
+          const flow::Message& received = **message;
+          messages += tap->last_sequence != 0 && received.sequence > tap->last_sequence
+                          ? static_cast<int64_t>(received.sequence - tap->last_sequence)
+                          : 1;
+          tap->last_sequence = received.sequence;
+          if (received.batch != nullptr) bytes += BatchBytes(*received.batch);
+        }
+        if (messages > 0) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          counts_[tap->node].messages += messages;
+          counts_[tap->node].bytes += bytes;
+        }
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<Tap>> taps_;
+  mutable std::mutex mutex_;
+  std::map<std::string, TappedCount> counts_;  // GUARDED_BY(mutex_)
+  std::condition_variable started_;
+  bool first_round_done_ = false;  // GUARDED_BY(mutex_) once the thread runs
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // One sample of each run; a run that is gone is left out (and named in `gone`).
 std::vector<TopSample> SampleRuns(const std::vector<std::string>& runs,
+                                  std::map<std::string, std::unique_ptr<OutputTaps>>* taps,
                                   std::vector<std::string>* gone) {
   std::vector<TopSample> samples;
   for (const auto& run : runs) {
@@ -223,6 +355,11 @@ std::vector<TopSample> SampleRuns(const std::vector<std::string>& runs,
       if (node.value("pid", int64_t{-1}) > 0) groups.push_back(node["pid"].get<int64_t>());
     }
     sample.usage = ReadGroupUsage(groups);
+    if (taps != nullptr) {
+      auto& run_taps = (*taps)[run];
+      if (run_taps == nullptr) run_taps = std::make_unique<OutputTaps>(run);
+      sample.tapped = run_taps->Counts();
+    }
     sample.at = std::chrono::steady_clock::now();
     samples.push_back(std::move(sample));
   }
@@ -256,7 +393,9 @@ int RunTop(const TopOptions& options, std::ostream& out, std::ostream& err) {
     }
   }
   std::vector<std::string> gone;
-  std::vector<TopSample> previous = SampleRuns(targets(), &gone);
+  std::map<std::string, std::unique_ptr<OutputTaps>> taps;
+  auto* use_taps = options.taps ? &taps : nullptr;
+  std::vector<TopSample> previous = SampleRuns(targets(), use_taps, &gone);
   if (!options.run_id.empty() && previous.empty()) {
     err << "ferry: " << (gone.empty() ? options.run_id : gone.front()) << "\n";
     return 1;
@@ -265,7 +404,7 @@ int RunTop(const TopOptions& options, std::ostream& out, std::ostream& err) {
     std::this_thread::sleep_for(options.once
                                     ? std::min(options.interval, std::chrono::milliseconds(1000))
                                     : (first ? std::chrono::milliseconds(300) : options.interval));
-    std::vector<TopSample> current = SampleRuns(targets(), nullptr);
+    std::vector<TopSample> current = SampleRuns(targets(), use_taps, nullptr);
     json document = {{"dataflows", json::array()}};
     std::string screen;
     for (const auto& sample : current) {

@@ -27,11 +27,21 @@ struct GroupUsage {
 // `groups`; a group with no process left is absent from the result.
 std::map<int64_t, GroupUsage> ReadGroupUsage(const std::vector<int64_t>& groups);
 
-// One sample of a dataflow: the daemon's stats answer and the usage of its
-// nodes' groups, taken at `at`.
+// What taps on a node's outputs counted so far: messages by the producers'
+// sequence numbers (so those a tap missed count too) and the bytes of the
+// messages the taps received.
+struct TappedCount {
+  int64_t messages = 0;
+  int64_t bytes = 0;
+};
+
+// One sample of a dataflow: the daemon's stats answer, the usage of its
+// nodes' groups and, when its outputs are tapped, their counts per node,
+// taken at `at`.
 struct TopSample {
   nlohmann::json stats;
   std::map<int64_t, GroupUsage> usage;
+  std::map<std::string, TappedCount> tapped;
   std::chrono::steady_clock::time_point at;
 };
 
@@ -39,8 +49,9 @@ struct TopSample {
 // (`before` may be empty: no rates then, null): per node "id", "state",
 // "pid", "restarts", "cpu_percent", "rss_bytes", "processes", "messages"
 // (sent on its outputs, as reported to the daemon), "messages_per_s",
-// "bytes", "bytes_per_s" (null unless the running instance has reported:
-// daemon.h's running_instance_reported),
+// "bytes", "bytes_per_s" (from the taps' counts when both samples have them,
+// else from the reported counters when the running instance has reported:
+// daemon.h's running_instance_reported; else null),
 // "bytes_copied", "drops" (on its inputs), "queued" (waiting in its inputs'
 // queues, null when unknown), plus the daemon's "edges".
 nlohmann::json TopRows(const TopSample* before, const TopSample& after, int64_t ticks_per_second);
@@ -52,6 +63,8 @@ struct TopOptions {
   std::string run_id;  // "" = every dataflow running here
   bool once = false;
   bool json = false;
+  // Tap every output (as `ferry topic hz` does) for live messages/s and bytes/s.
+  bool taps = true;
   std::chrono::milliseconds interval{1000};
 };
 

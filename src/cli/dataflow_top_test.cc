@@ -104,6 +104,23 @@ TEST(DataflowTop, OneSampleHasNoRates) {
   EXPECT_NE(FormatTop(rows).find("source"), std::string::npos);
 }
 
+TEST(DataflowTop, RatesFromTaps) {
+  TopSample before, after;
+  before.stats = Stats(10, 1000, 0);
+  after.stats = Stats(10, 1000, 0);
+  for (json* stats : {&before.stats, &after.stats}) {
+    (*stats)["nodes"][0]["running_instance_reported"] = false;
+  }
+  before.tapped["source"] = {100, 8000};
+  after.tapped["source"] = {150, 12000};
+  before.at = std::chrono::steady_clock::now();
+  after.at = before.at + std::chrono::milliseconds(500);
+  const json rows = TopRows(&before, after, 100);
+  EXPECT_DOUBLE_EQ(rows["nodes"][0]["messages_per_s"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(rows["nodes"][0]["bytes_per_s"].get<double>(), 8000.0);
+  EXPECT_TRUE(rows["nodes"][1]["messages_per_s"].is_null());  // not tapped
+}
+
 TEST(DataflowTop, NoRatesWhileTheRunningInstanceHasNotReported) {
   TopSample before, after;
   before.stats = Stats(10, 1000, 0);

@@ -239,6 +239,9 @@ int Main(int argc, char** argv) {
   top->add_flag("--once", top_options.once, "One sample (over up to 1 s) instead of a live view");
   top->add_flag("--json", top_options.json,
                 "Print JSON (with --once one document, else one line per refresh)");
+  bool top_no_taps = false;
+  top->add_flag("--no-taps", top_no_taps,
+                "Do not tap the outputs (no live messages/s and bytes/s then)");
   top->add_option("--interval", top_interval_s, "Seconds between refreshes (default 1)")
       ->check(CLI::Range(0.05, 3600.0));
 
@@ -356,6 +359,7 @@ int Main(int argc, char** argv) {
   }
   if (top->parsed()) {
     top_options.interval = std::chrono::milliseconds(static_cast<int64_t>(top_interval_s * 1000));
+    top_options.taps = !top_no_taps;
     return ferry::cli::RunTop(top_options, std::cout, std::cerr);
   }
   if (graph->parsed()) return ferry::cli::RunGraphCommand(graph_options, std::cout, std::cerr);

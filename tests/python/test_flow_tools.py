@@ -413,8 +413,14 @@ def test_top_once_json_and_live(tmp_path):
         assert nodes["flaky"]["messages"] >= 5 and nodes["flaky"]["bytes"] >= 5 * 800
         assert nodes["flaky"]["bytes_copied"] >= 0
         assert nodes["sink"]["drops"] == 0
-        # Running instances report their counters when they end: no rate yet.
+        # Rates come from taps on the outputs: flaky sends every 10 ms; busy
+        # has no output, hence no rate.
+        assert 30 <= nodes["flaky"]["messages_per_s"] <= 200, nodes["flaky"]
+        assert nodes["flaky"]["bytes_per_s"] >= 800 * 30, nodes["flaky"]
         assert nodes["busy"]["messages_per_s"] is None
+        untapped = json.loads(ferry("top", name, "--once", "--json", "--no-taps").stdout)
+        untapped_nodes = {n["id"]: n for n in untapped["dataflows"][0]["nodes"]}
+        assert untapped_nodes["flaky"]["messages_per_s"] is None
         [edge] = flow["edges"]
         assert edge["edge"] == "flaky/out -> sink/values" and edge["queue_size"] == 64
 
