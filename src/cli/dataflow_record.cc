@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/dataflow_ipc.h"
 #include "ferry/flow/node.h"
@@ -84,6 +85,10 @@ struct Recording {
   int64_t skipped = 0;  // messages that could not be written (a note says why)
   uint64_t last_sequence = 0;
   bool ended = false;
+  // The producer's publisher went away; the tap connects again if the node
+  // is restarted (checked at retry_at).
+  int reconnects = 0;
+  Clock::time_point retry_at{};
   std::string note;
 };
 
@@ -205,7 +210,46 @@ int RunRecord(const RecordOptions& options, std::ostream& out, std::ostream& err
     }
     return recording.writer->WriteBatch(1, row);
   };
+  tap_options.connect_timeout = std::chrono::milliseconds(100);
+  int connected = static_cast<int>(recordings.size());
+  // A tap whose producer went away: the recording ends unless the node is
+  // restarting.
+  auto lose_tap = [&](Recording& recording) {
+    waitset.Remove(recording.tap.get());
+    recording.tap.reset();
+    --connected;
+    recording.retry_at = Clock::now();
+  };
+  auto still_coming = [&](const Recording& recording) {
+    auto now = flow::daemon::DescribeDataflow(options.run_id, std::chrono::seconds(2));
+    if (!now.ok()) return false;  // the run is over
+    const std::string node = recording.name.substr(0, recording.name.find('/'));
+    for (const auto& entry : now->description.value("nodes", nlohmann::json::array())) {
+      if (entry.value("id", "") != node) continue;
+      const std::string state = entry.value("state", "");
+      return state != "finished" && state != "failed";
+    }
+    return false;
+  };
   for (;;) {
+    for (Recording& recording : recordings) {
+      if (recording.ended || recording.tap != nullptr || Clock::now() < recording.retry_at)
+        continue;
+      if (!still_coming(recording)) {
+        recording.ended = true;
+        continue;
+      }
+      auto tap = flow::Subscriber::Connect(recording.channel, tap_options);
+      if (!tap.ok()) {
+        recording.retry_at = Clock::now() + std::chrono::milliseconds(200);
+        continue;
+      }
+      recording.tap = std::move(tap).MoveValueUnsafe();
+      recording.last_sequence = 0;  // a new instance counts from 1
+      ++recording.reconnects;
+      ++connected;
+      waitset.Add(recording.tap.get());
+    }
     bool all_done = true;
     for (const Recording& recording : recordings) {
       all_done = all_done &&
@@ -215,10 +259,14 @@ int RunRecord(const RecordOptions& options, std::ostream& out, std::ostream& err
         (options.duration.count() > 0 && Clock::now() - begin >= options.duration)) {
       break;
     }
+    if (connected == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     auto ready = waitset.Wait(std::chrono::milliseconds(100));
     if (!ready.ok()) return fail(ready.status().message());
     for (Recording& recording : recordings) {
-      if (recording.ended) continue;
+      if (recording.ended || recording.tap == nullptr) continue;
       for (int taken = 0; taken < 256; ++taken) {
         if (options.count > 0 && recording.messages >= options.count) break;
         auto message = recording.tap->TryReceive();
@@ -226,15 +274,11 @@ int RunRecord(const RecordOptions& options, std::ostream& out, std::ostream& err
           if (message.status().code() != StatusCode::kCancelled) {
             recording.note = message.status().message();
           }
-          recording.ended = true;
-          waitset.Remove(recording.tap.get());
+          lose_tap(recording);
           break;
         }
         if (!message->has_value()) {
-          if (recording.tap->publisher_gone()) {
-            recording.ended = true;
-            waitset.Remove(recording.tap.get());
-          }
+          if (recording.tap->publisher_gone()) lose_tap(recording);
           break;
         }
         const flow::Message& received = **message;
@@ -266,6 +310,10 @@ int RunRecord(const RecordOptions& options, std::ostream& out, std::ostream& err
     if (recording.missed > 0)
       out << ", " << recording.missed << " missed (the recorder fell behind)";
     if (recording.skipped > 0) out << ", " << recording.skipped << " not written";
+    if (recording.reconnects > 0) {
+      out << ", " << recording.reconnects << " restart" << (recording.reconnects == 1 ? "" : "s")
+          << " of the producer followed";
+    }
     for (const auto& file : recording.files) out << ", " << file;
     if (!recording.note.empty()) out << " (" << recording.note << ")";
     out << "\n";

@@ -36,7 +36,9 @@ struct RecordOptions {
   // NODE/OUTPUT or NODE/OPERATOR/OUTPUT; empty = every output of the run.
   std::vector<std::string> outputs;
   // Stop after this long, or once every output recorded this many messages
-  // (0 = no limit); otherwise when every output ended or on Ctrl-C.
+  // (0 = no limit); otherwise when every output ended (its node finished,
+  // or the run did: a restarted node's output is followed to its new
+  // instance) or on Ctrl-C.
   std::chrono::milliseconds duration{0};
   int64_t count = 0;
 };

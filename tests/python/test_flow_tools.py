@@ -797,3 +797,79 @@ def test_replay_errors(tmp_path):
     assert nodir.returncode == 1 and "no recording directory nowhere" in nodir.stderr, nodir.stderr
     bad_speed = ferry("replay", "rec", "--speed", "warp", cwd=tmp_path)
     assert bad_speed.returncode == 2
+
+
+def test_help_lists_the_tools():
+    result = ferry("--help")
+    assert result.returncode == 0
+    for command in ("graph", "logs", "top", "topic", "record", "replay"):
+        assert re.search(rf"^\s+{command}\b", result.stdout, re.M), command
+    topic = ferry("topic", "--help")
+    assert topic.returncode == 0 and "echo" in topic.stdout and "hz" in topic.stdout
+    logs = ferry("logs", "df-1-abcd", "--help")
+    assert logs.returncode == 0 and "--follow" in logs.stdout and "--log-dir" in logs.stdout
+
+
+RESTARTING = """\
+    import json, os, sys
+    import pyarrow as pa
+    from ferry.flow import Node
+
+    instance = json.loads(os.environ["FERRY_NODE_CONFIG"])["restart_count"]
+    with Node() as node:
+        sent = 0
+        for event in node:
+            if event["type"] == "INPUT":
+                node.send_output("out", pa.array([instance, sent], pa.int64()))
+                sent += 1
+                if instance == 0 and sent == 200:  # about 2 s
+                    break
+    if instance == 0:
+        sys.exit(3)
+    """
+
+
+def test_record_follows_a_restarted_producer_and_ends_with_its_node(tmp_path):
+    pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
+    write(tmp_path, "producer.py", RESTARTING)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: producer
+            path: producer.py
+            restart: on-failure
+            inputs: {tick: ferry/timer/millis/10}
+            outputs: [out]
+          - id: sink
+            path: silent.py
+            inputs: {values: producer/out}
+        """)
+    name = f"rec-restart-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    try:
+        wait_for(lambda: ferry("ps", "--json").stdout.count(name) > 0, run)
+        recorder = ferry("record", name, "-o", "rec", "--duration", "4", cwd=tmp_path, timeout=60)
+        assert recorder.returncode == 0, recorder.stderr
+        assert "1 restart of the producer followed" in recorder.stdout, recorder.stdout
+        table = pyarrow_ipc.open_file(tmp_path / "rec" / "producer__out.arrow").read_all()
+        instances = [value[0] for value in table.column("value").to_pylist()]
+        assert 0 in instances and 1 in instances, instances
+        assert instances == sorted(instances)  # the first instance's, then the second's
+        assert ferry("stop", name).returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_record_ends_when_the_recorded_node_finishes(counting_flow):
+    pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
+    tmp_path, name, run = counting_flow
+    recorder = ferry("record", name, "counter/numbers", "-o", "rec", cwd=tmp_path, timeout=60)
+    assert recorder.returncode == 0, recorder.stderr
+    m = re.search(r"counter/numbers: (\d+) messages", recorder.stdout)
+    assert m and 0 < int(m[1]) <= 250, recorder.stdout
+    table = pyarrow_ipc.open_file(tmp_path / "rec" / "counter__numbers.arrow").read_all()
+    assert table.column("seq").to_pylist()[-1] == 250  # up to the counter's last message
+    assert run.wait(timeout=60) == 0
