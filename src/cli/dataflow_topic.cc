@@ -82,9 +82,12 @@ Result<std::string> ResolveTopic(const TopicName& topic) {
       if (output_id == topic.output) return output.value("channel", "");
       outputs += (outputs.empty() ? "" : ", ") + output_id;
     }
-    return Status::Invalid("node '" + topic.node + "' of dataflow '" + topic.run_id +
-                           "' has no output '" + topic.output +
-                           "' (outputs: " + (outputs.empty() ? "none" : outputs) + ")");
+    return Status::Invalid(
+        "node '" + topic.node + "' of dataflow '" + topic.run_id + "' has no output '" +
+        topic.output + "' (outputs: " + (outputs.empty() ? "none" : outputs) + ")" +
+        (topic.output.find('/') != std::string::npos
+             ? "; an operator's output is published only when another node reads it"
+             : ""));
   }
   return Status::Invalid("dataflow '" + topic.run_id + "' has no node '" + topic.node +
                          "' (nodes: " + nodes + ")");

@@ -415,8 +415,10 @@ def test_top_once_json_and_live(tmp_path):
         assert nodes["sink"]["drops"] == 0
         # Rates come from taps on the outputs: flaky sends every 10 ms; busy
         # has no output, hence no rate.
-        assert 30 <= nodes["flaky"]["messages_per_s"] <= 200, nodes["flaky"]
-        assert nodes["flaky"]["bytes_per_s"] >= 800 * 30, nodes["flaky"]
+        # (at most 100 a second; fewer when the machine is loaded)
+        rate = nodes["flaky"]["messages_per_s"]
+        assert 3 <= rate <= 150, nodes["flaky"]
+        assert nodes["flaky"]["bytes_per_s"] == pytest.approx(800 * rate, rel=0.01)
         assert nodes["busy"]["messages_per_s"] is None
         untapped = json.loads(ferry("top", name, "--once", "--json", "--no-taps").stdout)
         untapped_nodes = {n["id"]: n for n in untapped["dataflows"][0]["nodes"]}
@@ -873,3 +875,102 @@ def test_record_ends_when_the_recorded_node_finishes(counting_flow):
     table = pyarrow_ipc.open_file(tmp_path / "rec" / "counter__numbers.arrow").read_all()
     assert table.column("seq").to_pylist()[-1] == 250  # up to the counter's last message
     assert run.wait(timeout=60) == 0
+
+
+DOUBLER = """\
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import ferry.flow
+
+
+    class Operator:
+        def __init__(self, config):
+            pass
+
+        def on_event(self, event, send_output):
+            if event["type"] == "INPUT":
+                send_output("doubled", pc.multiply(event["value"], 2), event["metadata"])
+            return ferry.flow.CONTINUE
+    """
+
+
+def test_operator_outputs_in_topic_and_record(tmp_path):
+    pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
+    write(tmp_path, "counter.py", COUNTER)
+    write(tmp_path, "doubler.py", DOUBLER)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: counter
+            path: counter.py
+            inputs: {tick: ferry/timer/millis/20}
+            outputs: [numbers]
+          - id: runtime
+            operators:
+              - id: doubler
+                python: doubler.py
+                inputs: {numbers: counter/numbers}
+                outputs: [doubled, unread]
+          - id: sink
+            path: silent.py
+            inputs: {values: runtime/doubler/doubled}
+        """)
+    name = f"ops-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    try:
+        wait_for(lambda: ferry("top", name, "--once", "--json", "--no-taps").returncode == 0, run)
+        echo = ferry("topic", "echo", f"{name}/runtime/doubler/doubled", "-n", "2")
+        assert echo.returncode == 0, echo.stderr
+        frames = [int(f) for f in re.findall(r"frame=(\d+)", echo.stdout)]
+        assert len(frames) == 2 and f"  {frames[0] * 20}\n" in echo.stdout, echo.stdout
+        recorded = ferry("record", name, "runtime/doubler/doubled", "-o", "rec", "-n", "5",
+                         cwd=tmp_path)
+        assert recorded.returncode == 0, recorded.stderr
+        table = pyarrow_ipc.open_file(tmp_path / "rec" / "runtime__doubler__doubled.arrow").read_all()
+        for row in table.to_pylist():
+            frame = int(json.loads(row["metadata"])["frame"])
+            assert row["value"] == [frame * 2, frame * 20]
+        unread = ferry("topic", "hz", f"{name}/runtime/doubler/unread")
+        assert unread.returncode == 1
+        assert "published only when another node reads it" in unread.stderr, unread.stderr
+        graph = ferry("graph", "dataflow.yml", cwd=tmp_path)
+        assert '-->|"numbers (queue 64, block)"| n1_o0' in graph.stdout, graph.stdout
+        assert ferry("stop", name).returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_topic_echo_of_a_stdout_output(tmp_path):
+    write(tmp_path, "talker.py", """\
+        import time
+        for i in range(100000):
+            print(f"line {i}", flush=True)
+            time.sleep(0.02)
+        """)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: talker
+            path: talker.py
+            outputs: [lines]
+            send_stdout_as: lines
+          - id: sink
+            path: silent.py
+            inputs: {lines: talker/lines}
+        """)
+    name = f"stdout-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    try:
+        wait_for(lambda: ferry("top", name, "--once", "--json", "--no-taps").returncode == 0, run)
+        echo = ferry("topic", "echo", f"{name}/talker/lines", "-n", "2")
+        assert echo.returncode == 0, echo.stderr
+        assert re.search(r"^  \"line \d+\\x0a\"$", echo.stdout, re.M), echo.stdout
+        assert ferry("stop", name).returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()

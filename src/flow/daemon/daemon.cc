@@ -1095,6 +1095,11 @@ nlohmann::json Daemon::Describe() const {
         outputs.push_back({{"id", output.id}, {"channel", output.channel}});
       }
     }
+    if (!node.spec->send_stdout_as.empty()) {  // the daemon's own publisher
+      outputs.push_back({{"id", node.spec->send_stdout_as},
+                         {"channel", protocol::ChannelName(plan_.run_id, node.spec->id, "",
+                                                           node.spec->send_stdout_as)}});
+    }
     nodes.push_back({{"outputs", std::move(outputs)},
                      {"id", node.spec->id},
                      {"state", StateName(node)},
