@@ -654,6 +654,10 @@ def test_record_writes_arrow_ipc_files_pyarrow_and_polars_read(two_output_flow):
     frame = polars.read_ipc(tmp_path / "rec" / "counter__numbers.arrow")
     assert frame.height == 20 and frame["value"].to_list() == [r["value"] for r in rows]
 
+    duckdb = pytest.importorskip("duckdb")
+    recording = table  # duckdb finds the pyarrow table by its variable's name
+    assert duckdb.sql("SELECT count(*), sum(len(value)) FROM recording").fetchall() == [(20, 40)]
+
 
 def test_record_until_ctrl_c_leaves_complete_files(two_output_flow):
     pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
