@@ -15,6 +15,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ferry/exchange/validate.h"
+
 namespace ferry::cli {
 namespace {
 
@@ -667,6 +669,7 @@ ferry::Field ReadField(const FlatbufferView& fb, size_t at, int depth) {
       throw Corrupt("a field of a type Ferry does not read (type tag " + std::to_string(tag) + ")");
   }
   if (type == 0 && tag != kTagNull) throw Corrupt("a field without its type");
+  if (Status valid = ValidateType(*result); !valid.ok()) throw Corrupt(valid.message());
   return ferry::field(fb.String(at, 0), result, fb.Scalar<uint8_t>(at, 1, 0) != 0,
                       ReadKeyValues(fb, at, 6));
 }
@@ -697,6 +700,8 @@ struct BodyReader {
       throw Corrupt("a buffer lies outside the message body");
     }
     if (length == 0) return nullptr;
+    // Values are read in place: they must be aligned as the format promises.
+    if (reinterpret_cast<uintptr_t>(body + offset) % 8 != 0) throw Corrupt("a misaligned buffer");
     return std::make_shared<Buffer>(body + offset, length, owner);
   }
   static void Need(const BufferPtr& buffer, int64_t bytes) {
@@ -875,6 +880,9 @@ Result<std::pair<int64_t, std::vector<ArrayDataPtr>>> IpcFileReader::ReadBatch(
     for (const ferry::Field& field : schema_->fields) {
       columns.push_back(body.Next(field.type));
       if (columns.back()->length < rows) throw Corrupt("a column shorter than its batch");
+      // Everything a consumer may rely on (offsets, UTF-8, lengths).
+      Status valid = ValidateFull(*columns.back(), "col '" + field.name + "'");
+      if (!valid.ok()) throw Corrupt(valid.message());
     }
     return std::make_pair(rows, std::move(columns));
   } catch (const Corrupt& problem) {

@@ -235,8 +235,11 @@ def test_logs_of_a_running_and_a_finished_dataflow(chatty_flow, tmp_path):
     logs = tmp_path / "elsewhere"
     run = start_run(chatty_flow, name, "--log-dir", str(logs))
     try:
-        wait_for(lambda: (logs / "beta.log").exists() and "beta line 4" in
-                 (logs / "beta.log").read_text(), run)
+        def both_printed():
+            files = [logs / "alpha.log", logs / "beta.log"]
+            return all(f.exists() for f in files) and "alpha to stderr" in files[0].read_text() \
+                and "beta line 4" in files[1].read_text()
+        wait_for(both_printed, run)
         # The daemon says where its logs are: any directory works.
         one = ferry("logs", name, "alpha", cwd=REPO)
         assert one.returncode == 0, one.stderr
