@@ -981,3 +981,75 @@ def test_topic_echo_of_a_stdout_output(tmp_path):
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+SWITCHING = """\
+    import pyarrow as pa
+    from ferry.flow import Node
+
+    with Node() as node:
+        sent = 0
+        for event in node:
+            if event["type"] == "INPUT":
+                value = pa.array([sent]) if sent % 20 < 10 else pa.array([f"s{sent}"])
+                node.send_output("out", value, {"frame": str(sent)})
+                sent += 1
+    """
+
+
+def test_record_starts_a_new_file_when_the_type_changes_and_replay_reads_all(tmp_path):
+    pyarrow_ipc = pytest.importorskip("pyarrow.ipc")
+    write(tmp_path, "switching.py", SWITCHING)
+    write(tmp_path, "silent.py", SILENT)
+    write(tmp_path, "printer.py", PRINTER)
+    write(tmp_path, "dataflow.yml", """\
+        nodes:
+          - id: source
+            path: switching.py
+            inputs: {tick: ferry/timer/millis/10}
+            outputs: [out]
+          - id: sink
+            path: silent.py
+            inputs: {values: source/out}
+        """)
+    name = f"rec-types-{uuid.uuid4().hex[:8]}"
+    run = start_run(tmp_path, name, "--log-dir", "logs")
+    try:
+        wait_for(lambda: ferry("top", name, "--once", "--json", "--no-taps").returncode == 0, run)
+        recorded = ferry("record", name, "-o", "rec", "-n", "30", cwd=tmp_path)
+        assert recorded.returncode == 0, recorded.stderr
+        assert ferry("stop", name).returncode == 0
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    files = sorted(p.name for p in (tmp_path / "rec").iterdir())
+    assert "source__out.arrow" in files and "source__out.2.arrow" in files, files
+    kinds = {}
+    for file in files:
+        table = pyarrow_ipc.open_file(tmp_path / "rec" / file).read_all()
+        kinds[file] = str(table.schema.field("value").type)
+    assert set(kinds.values()) <= {"list<item: int64>", "list<item: string>"}, kinds
+    assert len(set(kinds.values())) == 2, kinds
+
+    write(tmp_path, "replay.yml", f"""\
+        nodes:
+          - id: source
+            path: {FERRY}
+            args: replay rec
+            outputs: [out]
+          - id: printer
+            path: printer.py
+            inputs: {{out: source/out}}
+        """)
+    result = ferry("run", "replay.yml", "--log-dir", "replay-logs", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[source] replayed 30 messages" in result.stdout, result.stdout
+    lines = (tmp_path / "replay-logs" / "printer.log").read_text().splitlines()
+    values = [line for line in lines if line.startswith("out ")]
+    numbers = [int(line.split()[1]) for line in values]
+    assert numbers == sorted(numbers) and len(numbers) == 30, values
+    for line, n in zip(values, numbers):
+        expected = [n] if n % 20 < 10 else [f"s{n}"]
+        assert line == f"out {n} {expected}", line
