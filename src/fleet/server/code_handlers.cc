@@ -106,9 +106,9 @@ void FleetServer::AgentGetCode(Call& c) {
   const bool ahead = job->has_value() && (*job)->state == JobState::kPending &&
                      prefetch_.Find((*job)->id, (*job)->attempt).has_value();
   if (!(placed || ahead) || (*job)->spec.code.bundle != "sha256:" + hex) {
-    return SendProblem(c, 404, "not-found",
-                       "no code bundle sha256:" + hex + " for a placed or held job " +
-                           std::to_string(*job_id));
+    return SendProblem(
+        c, 404, "not-found",
+        "no code bundle sha256:" + hex + " for a placed or held job " + std::to_string(*job_id));
   }
   const std::string path = CodePath((*job)->tenant_id, hex);
   auto file = std::make_shared<int>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
