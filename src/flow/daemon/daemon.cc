@@ -1151,41 +1151,25 @@ Result<std::vector<RunningDataflow>> ListDataflows(std::chrono::milliseconds wai
   return runs;
 }
 
-Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
-                                           std::chrono::milliseconds wait) {
-  FERRY_RETURN_NOT_OK(CheckRunName(run_id));
-  auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
-  if (!connection.ok()) {
-    return Status::IOError("no dataflow '" + run_id + "' is running here (" +
-                           connection.status().message() + ")");
-  }
-  Status sent = connection->Send({{"type", "describe_dataflow"}});
-  if (!sent.ok()) return Status::IOError("dataflow '" + run_id + "': " + sent.message());
-  auto reply = connection->Receive(wait);
-  if (!reply.ok()) {
-    if (reply.status().code() == StatusCode::kTimedOut) {
-      return Status::TimedOut("the daemon of dataflow '" + run_id + "' did not answer");
-    }
-    return Status::IOError("dataflow '" + run_id + "': " + reply.status().message());
-  }
-  if (!reply->has_value()) return Status::IOError("dataflow '" + run_id + "' has just ended");
-  if ((**reply).value("type", "") != "dataflow") {
-    return Status::Invalid("unexpected answer from the daemon: " + (**reply).dump());
-  }
-  DescribedDataflow described;
-  described.description = std::move(**reply);
-  described.connection = std::move(connection).MoveValueUnsafe();
-  return described;
-}
+namespace {
 
-Result<nlohmann::json> DataflowStats(const std::string& run_id, std::chrono::milliseconds wait) {
+// One request on the control socket of `run_id`'s daemon, from a connection
+// that has not said hello: the answer, which must be of type `expected`
+// ("error" answers become their message), and the connection, still open.
+struct DaemonAnswer {
+  nlohmann::json reply;
+  protocol::Connection connection;
+};
+
+Result<DaemonAnswer> AskDaemon(const std::string& run_id, const nlohmann::json& request,
+                               const std::string& expected, std::chrono::milliseconds wait) {
   FERRY_RETURN_NOT_OK(CheckRunName(run_id));
   auto connection = protocol::Connection::Connect(protocol::DaemonSocketName(run_id));
   if (!connection.ok()) {
     return Status::IOError("no dataflow '" + run_id + "' is running here (" +
                            connection.status().message() + ")");
   }
-  Status sent = connection->Send({{"type", "dataflow_stats"}});
+  Status sent = connection->Send(request);
   if (!sent.ok()) return Status::IOError("dataflow '" + run_id + "': " + sent.message());
   auto reply = connection->Receive(wait);
   if (!reply.ok()) {
@@ -1199,10 +1183,28 @@ Result<nlohmann::json> DataflowStats(const std::string& run_id, std::chrono::mil
   if (type == "error") {
     return Status::IOError("dataflow '" + run_id + "': " + (**reply).value("message", ""));
   }
-  if (type != "dataflow_stats") {
+  if (type != expected) {
     return Status::Invalid("unexpected answer from the daemon: " + (**reply).dump());
   }
-  return std::move(**reply);
+  return DaemonAnswer{std::move(**reply), std::move(connection).MoveValueUnsafe()};
+}
+
+}  // namespace
+
+Result<DescribedDataflow> DescribeDataflow(const std::string& run_id,
+                                           std::chrono::milliseconds wait) {
+  FERRY_ASSIGN_OR_RAISE(DaemonAnswer answer,
+                        AskDaemon(run_id, {{"type", "describe_dataflow"}}, "dataflow", wait));
+  DescribedDataflow described;
+  described.description = std::move(answer.reply);
+  described.connection = std::move(answer.connection);
+  return described;
+}
+
+Result<nlohmann::json> DataflowStats(const std::string& run_id, std::chrono::milliseconds wait) {
+  FERRY_ASSIGN_OR_RAISE(DaemonAnswer answer,
+                        AskDaemon(run_id, {{"type", "dataflow_stats"}}, "dataflow_stats", wait));
+  return std::move(answer.reply);
 }
 
 Status StopDataflow(const std::string& run_id, std::chrono::nanoseconds wait) {
