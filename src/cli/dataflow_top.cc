@@ -21,9 +21,6 @@
 #include "flow/daemon/daemon.h"
 
 namespace ferry::cli {
-namespace {
-
-using nlohmann::json;
 
 std::string FormatBytes(double bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -36,6 +33,10 @@ std::string FormatBytes(double bytes) {
   std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
   return text;
 }
+
+namespace {
+
+using nlohmann::json;
 
 std::string FormatRate(const json& value, bool bytes) {
   if (!value.is_number()) return "-";

@@ -59,6 +59,9 @@ nlohmann::json TopRows(const TopSample* before, const TopSample& after, int64_t 
 // The table of one dataflow's rows.
 std::string FormatTop(const nlohmann::json& dataflow);
 
+// A byte count in binary units: "512 B", "1.5 MiB" (ferry top and ferry topic).
+std::string FormatBytes(double bytes);
+
 struct TopOptions {
   std::string run_id;  // "" = every dataflow running here
   bool once = false;

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/dataflow_top.h"
 #include "ferry/flow/node.h"
 #include "ferry/flow/transport.h"
 #include "flow/daemon/daemon.h"
@@ -34,18 +35,6 @@ void AddBytes(const ArrayData& data, std::set<const void*>* seen, int64_t* total
     if (child != nullptr) AddBytes(*child, seen, total);
   }
   if (data.dictionary != nullptr) AddBytes(*data.dictionary, seen, total);
-}
-
-std::string FormatBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
-  return text;
 }
 
 }  // namespace
