@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ferry/base/markup.h"
+
 namespace ferry::cli {
 namespace {
 
@@ -68,32 +70,6 @@ std::string MermaidText(const std::string& text) {
         break;
       case '\n':
         out += "<br/>";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string XmlText(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
         break;
       default:
         out += c;
@@ -354,7 +330,7 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << Number(width) << "\" height=\""
       << Number(height) << "\" viewBox=\"0 0 " << Number(width) << " " << Number(height)
-      << "\" role=\"img\" aria-label=\"" << XmlText(title) << "\">\n"
+      << "\" role=\"img\" aria-label=\"" << markup::Escape(title) << "\">\n"
       << "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
          "markerWidth=\"8\" markerHeight=\"8\" orient=\"auto-start-reverse\">"
          "<path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#555\"/></marker></defs>\n";
@@ -389,7 +365,7 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
       for (const auto& output : vertex.outputs) tooltip += " " + output;
     }
     svg << "<g class=\"vertex " << vertex_class(vertex.kind) << "\" data-name=\""
-        << XmlText(vertex.name) << "\"><title>" << XmlText(tooltip) << "</title>"
+        << markup::Escape(vertex.name) << "\"><title>" << markup::Escape(tooltip) << "</title>"
         << "<rect x=\"" << Number(box.x) << "\" y=\"" << Number(box.y) << "\" width=\""
         << Number(box.width) << "\" height=\"" << Number(box.height) << "\" rx=\""
         << (vertex.kind == GraphVertex::Kind::kTimer ? "22" : "6") << "\"/>";
@@ -399,13 +375,13 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
                                   : vertex.name;
     if (runtime) {
       svg << "<text class=\"name\" x=\"" << Number(center) << "\" y=\"" << Number(box.y + 20)
-          << "\">" << XmlText(Shorten(shown, 30)) << "</text>";
+          << "\">" << markup::Escape(Shorten(shown, 30)) << "</text>";
     } else {
       svg << "<text class=\"name\" x=\"" << Number(center) << "\" y=\""
-          << Number(box.y + box.height / 2 - 3) << "\">" << XmlText(Shorten(shown, 28))
+          << Number(box.y + box.height / 2 - 3) << "\">" << markup::Escape(Shorten(shown, 28))
           << "</text><text class=\"detail\" x=\"" << Number(center) << "\" y=\""
-          << Number(box.y + box.height / 2 + 14) << "\">" << XmlText(Shorten(vertex.detail, 34))
-          << "</text>";
+          << Number(box.y + box.height / 2 + 14) << "\">"
+          << markup::Escape(Shorten(vertex.detail, 34)) << "</text>";
     }
     svg << "</g>\n";
   }
@@ -430,13 +406,13 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
     if (source.parent >= 0 && source.parent == target.parent && b.y > a.y) {
       // Between operators of one runtime, stacked: straight down.
       const double x = a.x + a.width / 2;
-      svg << "<g class=\"edge\" data-source=\"" << XmlText(edge.source) << "\" data-target=\""
-          << XmlText(edge.target) << "\"><title>" << XmlText(edge.source + " \u2192 " + edge.target)
-          << "</title><path d=\"M " << Number(x) << " " << Number(a.y + a.height) << " L "
-          << Number(x) << " " << Number(b.y)
+      svg << "<g class=\"edge\" data-source=\"" << markup::Escape(edge.source)
+          << "\" data-target=\"" << markup::Escape(edge.target) << "\"><title>"
+          << markup::Escape(edge.source + " \u2192 " + edge.target) << "</title><path d=\"M "
+          << Number(x) << " " << Number(a.y + a.height) << " L " << Number(x) << " " << Number(b.y)
           << "\" marker-end=\"url(#arrow)\"/><text class=\"label\" x=\"" << Number(x) << "\" y=\""
-          << Number((a.y + a.height + b.y) / 2 + 4) << "\">" << XmlText(Shorten(edge.label, 34))
-          << "</text></g>\n";
+          << Number((a.y + a.height + b.y) / 2 + 4) << "\">"
+          << markup::Escape(Shorten(edge.label, 34)) << "</text></g>\n";
       continue;
     }
     double c1x, c1y, c2x, c2y;
@@ -450,19 +426,19 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
     }
     const double lx = (sx + 3 * c1x + 3 * c2x + ex) / 8;
     const double ly = (sy + 3 * c1y + 3 * c2y + ey) / 8;
-    svg << "<g class=\"edge\" data-source=\"" << XmlText(edge.source) << "\" data-target=\""
-        << XmlText(edge.target) << "\"><title>" << XmlText(edge.source + " \u2192 " + edge.target)
-        << "</title><path d=\"M " << Number(sx) << " " << Number(sy) << " C " << Number(c1x) << " "
-        << Number(c1y) << ", " << Number(c2x) << " " << Number(c2y) << ", " << Number(ex) << " "
-        << Number(ey) << "\" marker-end=\"url(#arrow)\"/><text class=\"label\" x=\"" << Number(lx)
-        << "\" y=\"" << Number(ly - 4) << "\">" << XmlText(Shorten(edge.label, 40))
-        << "</text></g>\n";
+    svg << "<g class=\"edge\" data-source=\"" << markup::Escape(edge.source) << "\" data-target=\""
+        << markup::Escape(edge.target) << "\"><title>"
+        << markup::Escape(edge.source + " \u2192 " + edge.target) << "</title><path d=\"M "
+        << Number(sx) << " " << Number(sy) << " C " << Number(c1x) << " " << Number(c1y) << ", "
+        << Number(c2x) << " " << Number(c2y) << ", " << Number(ex) << " " << Number(ey)
+        << "\" marker-end=\"url(#arrow)\"/><text class=\"label\" x=\"" << Number(lx) << "\" y=\""
+        << Number(ly - 4) << "\">" << markup::Escape(Shorten(edge.label, 40)) << "</text></g>\n";
   }
   svg << "</svg>";
 
   std::ostringstream page;
   page << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
-       << XmlText(title) << "</title>\n<style>\n"
+       << markup::Escape(title) << "</title>\n<style>\n"
        << "body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }\n"
           ".drawing { overflow: auto; border: 1px solid #ddd; }\n"
           "svg text { text-anchor: middle; font-size: 12px; }\n"
@@ -478,14 +454,15 @@ std::string RenderHtml(const DataflowGraph& graph, const std::string& title) {
           "table { border-collapse: collapse; margin-top: 1em; }\n"
           "td, th { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }\n"
           "pre { background: #f6f6f6; padding: 0.8em; overflow: auto; }\n"
-       << "</style>\n</head>\n<body>\n<h1>" << XmlText(title) << "</h1>\n<div class=\"drawing\">\n"
+       << "</style>\n</head>\n<body>\n<h1>" << markup::Escape(title)
+       << "</h1>\n<div class=\"drawing\">\n"
        << svg.str() << "\n</div>\n<h2>Edges</h2>\n<table>\n"
        << "<tr><th>source</th><th>target</th><th>label</th></tr>\n";
   for (const GraphEdge& edge : graph.edges) {
-    page << "<tr><td>" << XmlText(edge.source) << "</td><td>" << XmlText(edge.target) << "</td><td>"
-         << XmlText(edge.label) << "</td></tr>\n";
+    page << "<tr><td>" << markup::Escape(edge.source) << "</td><td>" << markup::Escape(edge.target)
+         << "</td><td>" << markup::Escape(edge.label) << "</td></tr>\n";
   }
-  page << "</table>\n<h2>Mermaid</h2>\n<pre>" << XmlText(RenderMermaid(graph))
+  page << "</table>\n<h2>Mermaid</h2>\n<pre>" << markup::Escape(RenderMermaid(graph))
        << "</pre>\n</body>\n</html>\n";
   return page.str();
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "ferry/base/markup.h"
 #include "fleet/sim/trace.h"
 
 namespace ferry::fleet::sim {
@@ -30,33 +31,6 @@ std::string Fixed(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
   return buffer;
-}
-
-std::string XmlEscape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        // Control characters are not allowed in XML 1.0 text.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n') out.push_back(c);
-    }
-  }
-  return out;
 }
 
 // Markdown table cells must not break the row.
@@ -538,7 +512,7 @@ std::string RenderTimelineSvg(const SimResult& result, std::string_view title) {
          Fixed(kHeight, 0) + "\" viewBox=\"0 0 " + Fixed(kWidth, 0) + " " + Fixed(kHeight, 0) +
          "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + Fixed(kLeft, 0) + "\" y=\"24\" font-size=\"16\">" + XmlEscape(title) +
+  svg += "<text x=\"" + Fixed(kLeft, 0) + "\" y=\"24\" font-size=\"16\">" + markup::Escape(title) +
          "</text>\n";
 
   // Panel frames, grid and axes.
@@ -563,7 +537,7 @@ std::string RenderTimelineSvg(const SimResult& result, std::string_view title) {
              Fixed(top + kPanelH + 17, 1) + "\" text-anchor=\"middle\">" + Num(v) + "</text>\n";
     }
     svg += "<text x=\"" + Fixed(kLeft, 1) + "\" y=\"" + Fixed(top - 8, 1) + "\">" +
-           XmlEscape(label) + "</text>\n";
+           markup::Escape(label) + "</text>\n";
     svg += "<text x=\"" + Fixed(kLeft + kPlotW, 1) + "\" y=\"" + Fixed(top + kPanelH + 32, 1) +
            "\" text-anchor=\"end\">time (" + unit_name + ")</text>\n";
   };
@@ -618,7 +592,7 @@ std::string RenderTimelineSvg(const SimResult& result, std::string_view title) {
     svg += "<line x1=\"" + Fixed(lx, 1) + "\" y1=\"" + Fixed(kTop1 - 12, 1) + "\" x2=\"" +
            Fixed(lx + 18, 1) + "\" y2=\"" + Fixed(kTop1 - 12, 1) + "\" stroke=\"" + colour +
            "\" stroke-width=\"3\"/>\n<text x=\"" + Fixed(lx + 22, 1) + "\" y=\"" +
-           Fixed(kTop1 - 8, 1) + "\">" + XmlEscape(name) + "</text>\n";
+           Fixed(kTop1 - 8, 1) + "\">" + markup::Escape(name) + "</text>\n";
     lx += 40 + 7.0 * static_cast<double>(name.size());
   }
   svg += "</svg>\n";
